@@ -1,0 +1,136 @@
+// Schedules as data. A schedule is, per rank, an ordered list of steps over element ranges of three
+// buffers (the call's input, its output, and a scratch buffer the executor allocates). The executor
+// runs any schedule without knowing which algorithm made it; the verifier proves, by executing a
+// schedule symbolically for every rank, that it computes its collective and cannot deadlock.
+//
+// Execution semantics (the executor's and the verifier's):
+// - Steps start in order, but a step only waits for the earlier steps it conflicts with: those that
+//   read what it writes or write what it reads or writes (element-range overlap in one buffer).
+// - A Send is posted without waiting for its receiver; it completes once the matching receive is
+//   posted (rendezvous). A Recv completes when the matching send has been posted.
+// - Sends from rank a to rank b on one channel match b's receives from a on that channel in order;
+//   matched pieces must have the same element count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+#include "src/core/status.h"
+
+namespace loom {
+
+enum class CollKind : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv,  // point-to-point: built by the runtime, not by a generator
+};
+const char* collName(CollKind kind);
+
+enum class BufKind : uint8_t { kInput, kOutput, kScratch };
+
+struct BufRef {
+  BufKind buf = BufKind::kInput;
+  size_t offset = 0;  // in elements
+};
+
+enum class StepKind : uint8_t {
+  kSend,        // send count elements at src to peer
+  kRecv,        // receive count elements from peer into dst
+  kRecvReduce,  // dst[i] = src[i] (op) received[i]; src may equal dst
+  kCopy,        // dst[i] = src[i]
+  kReduce,      // dst[i] = dst[i] (op) src[i]
+};
+const char* stepKindName(StepKind kind);
+
+struct Step {
+  StepKind kind = StepKind::kCopy;
+  int peer = -1;    // Send / Recv / RecvReduce
+  int channel = 0;  // sends and receives match per (peer, channel)
+  BufRef src;       // Send, RecvReduce (local operand), Copy, Reduce
+  BufRef dst;       // Recv, RecvReduce, Copy, Reduce
+  size_t count = 0; // elements
+};
+
+// What a generator is asked to build. count follows the public API of the collective:
+// AllReduce/Broadcast/Reduce: elements per rank; AllGather: sendcount; ReduceScatter: recvcount;
+// AllToAll: elements per peer.
+struct CollArgs {
+  CollKind coll = CollKind::kAllReduce;
+  int nranks = 1;
+  size_t count = 0;
+  int root = 0;
+  bool inPlace = false;
+};
+
+// Buffer sizes (elements) of one rank for a collective, and how they alias when in place:
+// in place, the input is the output at inputOffsetInOutput (AllReduce, Broadcast, Reduce, AllToAll:
+// 0; AllGather: rank*count), except ReduceScatter where the output is the input at
+// outputOffsetInInput (rank*count).
+struct BufferLayout {
+  size_t inputCount = 0;
+  size_t outputCount = 0;
+  bool inputInOutput = false;   // in place, input aliases output + inputOffsetInOutput
+  size_t inputOffsetInOutput = 0;
+  bool outputInInput = false;   // in place ReduceScatter: output aliases input + offset
+  size_t outputOffsetInInput = 0;
+};
+BufferLayout bufferLayout(const CollArgs& args, int rank);
+
+struct RankSchedule {
+  std::vector<Step> steps;
+  size_t scratchCount = 0;  // elements of scratch this rank needs
+};
+
+struct Schedule {
+  CollArgs args;
+  std::string algorithm;
+  std::vector<RankSchedule> ranks;  // one per rank
+};
+
+// A generator builds one rank's schedule; the same function serves every rank.
+using Generator = RankSchedule (*)(const CollArgs& args, int rank);
+
+struct AlgorithmInfo {
+  const char* name;  // "ring", "chain", "pairwise", ...
+  CollKind coll;
+  Generator generate;
+};
+// Every registered generator.
+const std::vector<AlgorithmInfo>& algorithms();
+// The default algorithm for a collective (until the planner exists).
+const AlgorithmInfo* defaultAlgorithm(CollKind coll);
+const AlgorithmInfo* findAlgorithm(CollKind coll, const std::string& name);
+
+Schedule buildSchedule(const AlgorithmInfo& algo, const CollArgs& args);
+
+// Symbolic execution of every rank. OK if the final output of every rank equals the collective's
+// definition (each element the right combination of the right ranks' inputs, nothing counted
+// twice), every send matches a receive of equal size, and no rank can block forever; otherwise an
+// error saying which rank, step and element went wrong.
+Status verifySchedule(const Schedule& schedule);
+
+// ---- Lowering: what the executor runs --------------------------------------------------------
+// Each step split into pieces of at most pieceElems elements (the same split on both sides of a
+// send), with the dependencies of each piece on earlier pieces (range conflicts) made explicit.
+struct Piece {
+  Step step;                  // count <= pieceElems
+  std::vector<uint32_t> deps; // indices of earlier pieces that must complete before this starts
+  size_t stagingOffset = 0;   // RecvReduce: element offset of its receive area in the staging buffer
+};
+
+struct LoweredSchedule {
+  std::vector<Piece> pieces;
+  size_t scratchCount = 0;
+  size_t stagingCount = 0;  // elements of staging the RecvReduce pieces need
+};
+
+LoweredSchedule lowerSchedule(const RankSchedule& rs, size_t pieceElems);
+
+}  // namespace loom

@@ -1,0 +1,172 @@
+/*
+ * Loom: collective communication for GPU and CPU clusters.
+ *
+ * The public C API. Shaped like NCCL's (unique id, CommInitRank, a stream argument) so that NCCL
+ * users feel at home, with its own prefix. Every function returns a loomResult_t; on failure
+ * loomGetLastError() returns a message naming the problem (and the peer, where one is involved).
+ *
+ * Buffers: host memory in this release. A NULL stream means the call has completed when it
+ * returns. The stream argument is where CUDA device buffers and streams will plug in without a
+ * change to this header.
+ *
+ * Thread safety: calls on one communicator must come from one thread at a time (as in NCCL).
+ * Different communicators may be driven from different threads concurrently. loomCommAbort may be
+ * called from any thread at any time and wakes every blocked call on that communicator.
+ */
+#ifndef LOOM_LOOM_H_
+#define LOOM_LOOM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define LOOM_API __attribute__((visibility("default")))
+#else
+#define LOOM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+#define LOOM_VERSION_CODE (LOOM_MAJOR * 10000 + LOOM_MINOR * 100 + LOOM_PATCH)
+
+/* Result codes. Values 0-7 have the meaning of NCCL's ncclResult_t. */
+typedef enum {
+  loomSuccess = 0,
+  loomUnhandledCudaError = 1,
+  loomSystemError = 2,    /* a system call failed, or a peer's connection was lost */
+  loomInternalError = 3,  /* a bug in Loom */
+  loomInvalidArgument = 4,/* a bad argument to this call (null pointer, unknown datatype, ...) */
+  loomInvalidUsage = 5,   /* a call that does not fit the communicator's state or other ranks */
+  loomRemoteError = 6,    /* a peer failed or sent something that does not match this call */
+  loomInProgress = 7,     /* a nonblocking communicator is still initialising */
+  loomTimeout = 8,        /* a wait passed its deadline (LOOM_TIMEOUT) */
+  loomAborted = 9,        /* the communicator was aborted */
+  loomNumResults = 10
+} loomResult_t;
+
+/* Datatypes: numbered as NCCL numbers them. */
+typedef enum {
+  loomInt8 = 0,
+  loomChar = 0,
+  loomUint8 = 1,
+  loomInt32 = 2,
+  loomInt = 2,
+  loomUint32 = 3,
+  loomInt64 = 4,
+  loomUint64 = 5,
+  loomFloat16 = 6,
+  loomHalf = 6,
+  loomFloat32 = 7,
+  loomFloat = 7,
+  loomFloat64 = 8,
+  loomDouble = 8,
+  loomBfloat16 = 9,
+  loomNumTypes = 10
+} loomDataType_t;
+
+/* Reduction operations. loomAvg divides the sum by the number of ranks (integers truncate). */
+typedef enum { loomSum = 0, loomProd = 1, loomMax = 2, loomMin = 3, loomAvg = 4, loomNumOps = 5 } loomRedOp_t;
+
+/* Opaque communicator. */
+typedef struct loomComm* loomComm_t;
+
+/* A cudaStream_t when built with CUDA; NULL for synchronous host calls. */
+typedef void* loomStream_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+/* Made by loomGetUniqueId on one process and handed to every rank out of band. */
+typedef struct {
+  char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+/* Communicator configuration. Initialise with LOOM_CONFIG_INITIALIZER so that fields added later
+ * keep their defaults: `size` tells Loom which fields the caller knows about. */
+#define LOOM_CONFIG_MAGIC 0x4c4f4f4du /* "LOOM" */
+typedef struct {
+  size_t size;          /* sizeof(loomConfig_t) as the caller compiled it */
+  unsigned int magic;   /* LOOM_CONFIG_MAGIC */
+  unsigned int version; /* LOOM_VERSION_CODE as the caller compiled it */
+  int timeoutMs;        /* deadline of every wait; -1: LOOM_TIMEOUT */
+  int hostId;           /* reserved; 0 */
+  const char* commName; /* shown in logs; may be NULL */
+} loomConfig_t;
+
+#define LOOM_CONFIG_INITIALIZER \
+  { sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, -1, 0, NULL }
+
+#define LOOM_SPLIT_NOCOLOR (-1)
+
+LOOM_API loomResult_t loomGetVersion(int* version);
+
+/* Opens the root rendezvous listener in this process and returns the id that names it. When
+ * LOOM_COMM_ID=host:port is set, no listener is opened here: rank 0 opens it at that address. */
+LOOM_API loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
+
+/* Collective over all nranks: blocks until every rank has joined or the deadline passes. */
+LOOM_API loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
+LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId,
+                                             int rank, loomConfig_t* config);
+/* Ranks from a launcher's environment: LOOM_COMM_ID or torchrun's MASTER_ADDR/MASTER_PORT with
+ * RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS. */
+LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
+/* ndev ranks as threads of this process (devlist is for CUDA builds; may be NULL). */
+LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
+/* Collective over comm: ranks with the same color form a new communicator ordered by key, then
+ * by old rank. LOOM_SPLIT_NOCOLOR gives *newcomm = NULL. */
+LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                                    loomConfig_t* config);
+/* Waits for outstanding operations; the communicator can then only be destroyed. */
+LOOM_API loomResult_t loomCommFinalize(loomComm_t comm);
+LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
+/* Always returns, promptly: wakes every call blocked on comm, closes its connections, frees it. */
+LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
+/* loomSuccess while healthy; the error that broke the communicator otherwise. */
+LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int* count);
+LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+
+/* Operations between GroupStart and GroupEnd (on one or several communicators) are issued as one
+ * and complete together at GroupEnd. Groups nest; the outermost GroupEnd runs them. */
+LOOM_API loomResult_t loomGroupStart(void);
+LOOM_API loomResult_t loomGroupEnd(void);
+
+/* Collectives. In-place as NCCL defines it: AllReduce, Broadcast, Reduce when sendbuff == recvbuff;
+ * AllGather when sendbuff == recvbuff + rank * sendcount; ReduceScatter when
+ * recvbuff == sendbuff + rank * recvcount; AllToAll when sendbuff == recvbuff. */
+LOOM_API loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                    loomStream_t stream);
+LOOM_API loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    loomDataType_t datatype, int root, loomComm_t comm,
+                                    loomStream_t stream);
+LOOM_API loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                                 loomStream_t stream);
+LOOM_API loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream);
+/* count elements go to each peer: sendbuff and recvbuff hold nranks * count elements. */
+LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* Point to point: sends to a peer match that peer's receives in posting order; counts must match. */
+LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream);
+
+LOOM_API const char* loomGetErrorString(loomResult_t result);
+/* The message of the last failure of a Loom call on this thread ("" if none). */
+LOOM_API const char* loomGetLastError(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_LOOM_H_ */

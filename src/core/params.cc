@@ -1,0 +1,209 @@
+#include "src/core/params.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "src/core/log.h"
+
+namespace loom {
+namespace params {
+const Param kDebug{"LOOM_DEBUG", ParamType::kString, "WARN",
+                   "Log level: NONE, WARN, INFO or TRACE"};
+const Param kDebugSubsys{"LOOM_DEBUG_SUBSYS", ParamType::kString, "ALL",
+                         "Subsystems logged at INFO/TRACE: comma list of INIT,NET,COLL,BOOTSTRAP,"
+                         "SHM,PLAN,TOPO,ENV,P2P or ALL; a leading ^ excludes"};
+const Param kDebugFile{"LOOM_DEBUG_FILE", ParamType::kString, "",
+                       "Write the log to this file instead of stderr (%h host, %p pid)"};
+const Param kTimeout{"LOOM_TIMEOUT", ParamType::kInt, "300",
+                     "Deadline in seconds of every wait (rendezvous, connection, collective); "
+                     "0 waits forever"};
+const Param kCommId{"LOOM_COMM_ID", ParamType::kString, "",
+                    "host:port of the root rendezvous for launched jobs (as NCCL_COMM_ID); rank 0 "
+                    "listens there"};
+const Param kHostId{"LOOM_HOSTID", ParamType::kString, "",
+                    "Overrides this process's host identity (ranks with equal ids share a host)"};
+const Param kCommSecret{"LOOM_COMM_SECRET", ParamType::kString, "",
+                        "Secret shared by the ranks of an environment-launched job; default is "
+                        "derived from the job's address, size and job id"};
+const Param kBootstrapPortOffset{"LOOM_BOOTSTRAP_PORT_OFFSET", ParamType::kInt, "1",
+                                 "With torchrun's MASTER_ADDR/MASTER_PORT, Loom's root listens on "
+                                 "MASTER_PORT plus this offset"};
+const Param kSocketIfname{"LOOM_SOCKET_IFNAME", ParamType::kString, "",
+                          "Interfaces for sockets, NCCL_SOCKET_IFNAME grammar: prefix list, ^ "
+                          "excludes, = exact (default: any but lo and docker, else lo)"};
+const Param kSocketFamily{"LOOM_SOCKET_FAMILY", ParamType::kString, "",
+                          "AF_INET or AF_INET6 to restrict the socket address family"};
+const Param kSocketNsocks{"LOOM_SOCKET_NSOCKS", ParamType::kInt, "2",
+                          "TCP sockets per connection; large messages are split across them"};
+const Param kSocketNthreads{"LOOM_SOCKET_NTHREADS", ParamType::kInt, "0",
+                            "Helper threads per connection that move the data sockets' bytes "
+                            "(0: the caller's progress loop moves them)"};
+const Param kSocketMinSplit{"LOOM_SOCKET_MIN_SPLIT", ParamType::kSize, "64K",
+                            "Messages at least this large are split across the sockets of a "
+                            "connection"};
+const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
+                       "Bytes per pipelined piece of a schedule step"};
+const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
+                         "Outstanding network requests per connection and direction"};
+const Param kSpinCount{"LOOM_SPIN_COUNT", ParamType::kInt, "2000",
+                       "Progress-loop polls without progress before a rank sleeps in poll()"};
+
+const Param* const kAll[] = {&kDebug,        &kDebugSubsys,    &kDebugFile,      &kTimeout,
+                             &kCommId,       &kHostId,         &kCommSecret,     &kBootstrapPortOffset,
+                             &kSocketIfname, &kSocketFamily,   &kSocketNsocks,   &kSocketNthreads,
+                             &kSocketMinSplit, &kChunkSize,    &kMaxInflight,    &kSpinCount};
+}  // namespace params
+
+namespace {
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<const Param*, std::pair<bool, std::string>> env;  // set?, text
+  std::unordered_map<const Param*, int64_t> ints;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: params may be read during static teardown
+  return *c;
+}
+
+const std::pair<bool, std::string>& envOf(Cache& c, const Param* p) {
+  auto it = c.env.find(p);
+  if (it != c.env.end()) return it->second;
+  const char* v = std::getenv(p->name());
+  return c.env.emplace(p, std::make_pair(v != nullptr, v ? std::string(v) : std::string()))
+      .first->second;
+}
+
+bool parseBool(const std::string& s, int64_t* out) {
+  if (s == "1" || s == "true" || s == "TRUE" || s == "yes" || s == "on") return *out = 1, true;
+  if (s == "0" || s == "false" || s == "FALSE" || s == "no" || s == "off") return *out = 0, true;
+  return false;
+}
+
+bool parseTyped(ParamType type, const std::string& s, int64_t* out) {
+  switch (type) {
+    case ParamType::kSize:
+      return parseSize(s, out);
+    case ParamType::kBool:
+      return parseBool(s, out);
+    case ParamType::kInt: {
+      if (s.empty()) return false;
+      char* end = nullptr;
+      errno = 0;
+      long long v = std::strtoll(s.c_str(), &end, 0);
+      if (errno != 0 || *end != '\0') return false;
+      *out = v;
+      return true;
+    }
+    case ParamType::kString:
+      return false;
+  }
+  return false;
+}
+
+const char* typeName(ParamType t) {
+  switch (t) {
+    case ParamType::kInt: return "int";
+    case ParamType::kSize: return "size";
+    case ParamType::kBool: return "bool";
+    case ParamType::kString: return "string";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool parseSize(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || v < 0) return false;
+  int64_t mult = 1;
+  std::string suffix(end);
+  if (suffix == "" || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") mult = 1LL << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB") mult = 1LL << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB") mult = 1LL << 30;
+  else return false;
+  *out = v * mult;
+  return true;
+}
+
+bool Param::isSet() const {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return envOf(c, this).first;
+}
+
+std::string Param::str() const {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  const auto& e = envOf(c, this);
+  return e.first ? e.second : std::string(default_);
+}
+
+int64_t Param::asInt() const {
+  Cache& c = cache();
+  bool warn = false;
+  std::string bad;
+  int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    auto it = c.ints.find(this);
+    if (it != c.ints.end()) return it->second;
+    const auto& e = envOf(c, this);
+    int64_t def = 0;
+    parseTyped(type_, default_, &def);
+    value = def;
+    if (e.first && !parseTyped(type_, e.second, &value)) {
+      value = def;
+      warn = true;
+      bad = e.second;
+    }
+    c.ints[this] = value;
+  }
+  if (warn) LOOM_WARN("{}={} is not a valid {}; using the default {}", name_, bad, typeName(type_), default_);
+  return value;
+}
+
+std::vector<ParamValue> allParams() {
+  std::vector<ParamValue> out;
+  for (const Param* p : params::kAll) {
+    ParamValue v;
+    v.name = p->name();
+    v.type = typeName(p->type());
+    v.value = p->str();
+    v.source = p->isSet() ? "env" : "default";
+    v.defaultValue = p->defaultValue();
+    v.description = p->description();
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string formatParams() {
+  std::string out = fmt::format("# {:<28} {:<8} {:<16} {:<8} {:<10} {}\n", "Parameter", "Type",
+                                "Value", "Source", "Default", "Description");
+  for (const auto& v : allParams()) {
+    out += fmt::format("  {:<28} {:<8} {:<16} {:<8} {:<10} {}\n", v.name, v.type,
+                       v.value.empty() ? "\"\"" : v.value, v.source,
+                       v.defaultValue.empty() ? "\"\"" : v.defaultValue, v.description);
+  }
+  return out;
+}
+
+void reloadParams() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.env.clear();
+  c.ints.clear();
+  logReconfigure();
+}
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// The one registry of every LOOM_* environment variable: each is defined once in params.cc, typed,
+// with a default and a one-line description, and read nowhere else. Values are read from the
+// environment on first use and cached; reloadParams() rereads them (tests, loom-perf).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+enum class ParamType { kInt, kSize, kBool, kString };
+
+class Param {
+ public:
+  constexpr Param(const char* name, ParamType type, const char* defaultValue,
+                  const char* description)
+      : name_(name), type_(type), default_(defaultValue), description_(description) {}
+
+  const char* name() const { return name_; }
+  ParamType type() const { return type_; }
+  const char* defaultValue() const { return default_; }
+  const char* description() const { return description_; }
+
+  // True when the variable is set in the environment (to anything, even empty).
+  bool isSet() const;
+  // The raw text in force: the environment's, or the default.
+  std::string str() const;
+  // Integer value; kSize accepts K/M/G suffixes (binary); kBool accepts 0/1/true/false/yes/no.
+  // A malformed value logs a warning once and gives the default.
+  int64_t asInt() const;
+  bool asBool() const { return asInt() != 0; }
+
+ private:
+  const char* name_;
+  ParamType type_;
+  const char* default_;
+  const char* description_;
+};
+
+struct ParamValue {
+  std::string name, type, value, source, defaultValue, description;
+};
+
+// Every registered parameter with its value, source ("env" or "default") and default.
+std::vector<ParamValue> allParams();
+// Text table of allParams(), as `--params` prints it.
+std::string formatParams();
+void reloadParams();
+
+// Parses "64", "64K", "1M", "2G" (binary). False on malformed text.
+bool parseSize(const std::string& text, int64_t* out);
+
+namespace params {
+extern const Param kDebug;
+extern const Param kDebugSubsys;
+extern const Param kDebugFile;
+extern const Param kTimeout;
+extern const Param kCommId;
+extern const Param kHostId;
+extern const Param kCommSecret;
+extern const Param kBootstrapPortOffset;
+extern const Param kSocketIfname;
+extern const Param kSocketFamily;
+extern const Param kSocketNsocks;
+extern const Param kSocketNthreads;
+extern const Param kSocketMinSplit;
+extern const Param kChunkSize;
+extern const Param kMaxInflight;
+extern const Param kSpinCount;
+}  // namespace params
+
+}  // namespace loom

@@ -1,0 +1,88 @@
+// The internal network-transport interface. Shaped like the NCCL net-plugin ABI
+// (listen / connect / accept / regMr / isend / irecv / test / close) so that a Loom transport can be
+// exported to NCCL as a plugin and an external NCCL plugin can be imported as a Loom transport.
+//
+// Contracts (the same as NCCL's):
+// - listen, connect and accept never block. connect returns OK with *sendComm == nullptr until the
+//   connection is established, accept likewise with *recvComm == nullptr; callers call again.
+// - isend/irecv return OK with *request == nullptr when the request cannot be posted now (too many
+//   outstanding); that is not an error: post again later.
+// - Sends and receives on one send/recv comm pair match in posting order. A frame carries its tag:
+//   a grouped receive (n > 1) places it in the buffer with the same tag; a frame whose tag matches
+//   no posted buffer is an error, and so is a frame larger than the buffer it lands in
+//   ("message truncated"), never an overflow. A frame smaller than the posted buffer is fine: test
+//   reports the size received.
+// - test never blocks; once it reports done (or an error) the request is freed.
+// - Comms and requests belong to the caller's thread; one comm must not be used from two threads
+//   at once. Close functions accept comms with requests in flight (they are dropped).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "src/core/status.h"
+
+namespace loom {
+namespace net {
+
+constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+struct Handle {
+  unsigned char bytes[kHandleSize];
+};
+
+enum PtrType : int { kPtrHost = 1, kPtrCuda = 2, kPtrDmabuf = 4 };
+
+struct Properties {
+  std::string name;      // device name, e.g. "eth0" or "mlx5_0"
+  std::string pciPath;   // sysfs path of the PCI device, empty when virtual
+  uint64_t guid = 0;
+  int ptrSupport = kPtrHost;
+  int speedMbps = 0;
+  int port = 0;
+  float latencyUs = 0;
+  int maxComms = 65536;
+  int maxRecvs = 1;
+  size_t maxP2pBytes = size_t(1) << 31;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Number of devices (network interfaces); at least 1 once init succeeded.
+  virtual int devices() const = 0;
+  virtual Status getProperties(int dev, Properties* props) const = 0;
+
+  virtual Status listen(int dev, Handle* handle, void** listenComm) = 0;
+  virtual Status connect(int dev, const Handle& handle, void** sendComm) = 0;
+  virtual Status accept(void* listenComm, void** recvComm) = 0;
+
+  virtual Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) = 0;
+  virtual Status deregMr(void* comm, void* mhandle) = 0;
+
+  virtual Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+                       void** request) = 0;
+  virtual Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                       void** mhandles, void** request) = 0;
+  // Makes received data visible to a GPU; *request == nullptr when there is nothing to wait for.
+  virtual Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                        void** request) {
+    *request = nullptr;
+    return Status();
+  }
+  // sizes (may be null): for a receive, one entry per buffer: the bytes received.
+  virtual Status test(void* request, int* done, size_t* sizes) = 0;
+
+  virtual Status closeSend(void* sendComm) = 0;
+  virtual Status closeRecv(void* recvComm) = 0;
+  virtual Status closeListen(void* listenComm) = 0;
+
+  // Loom extension, not in NCCL's ABI: sleeps up to timeoutMs or until one of the given requests
+  // (and, if listenComm is not null, that listener) may be able to progress. Lets oversubscribed
+  // ranks give their core away instead of spinning. The default just yields.
+  virtual void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs);
+};
+
+}  // namespace net
+}  // namespace loom
