@@ -43,7 +43,7 @@ struct BufRef {
 enum class StepKind : uint8_t {
   kSend,        // send count elements at src to peer
   kRecv,        // receive count elements from peer into dst
-  kRecvReduce,  // dst[i] = src[i] (op) received[i]; src may equal dst
+  kRecvReduce,  // dst[i] = src[i] (op) received[i]; src may equal dst (never overlap partially)
   kCopy,        // dst[i] = src[i]
   kReduce,      // dst[i] = dst[i] (op) src[i]
 };
@@ -51,11 +51,11 @@ const char* stepKindName(StepKind kind);
 
 struct Step {
   StepKind kind = StepKind::kCopy;
-  int peer = -1;    // Send / Recv / RecvReduce
-  int channel = 0;  // sends and receives match per (peer, channel)
-  BufRef src;       // Send, RecvReduce (local operand), Copy, Reduce
-  BufRef dst;       // Recv, RecvReduce, Copy, Reduce
-  size_t count = 0; // elements
+  int peer = -1;     // Send / Recv / RecvReduce
+  int channel = 0;   // sends and receives match per (peer, channel)
+  BufRef src;        // Send, RecvReduce (local operand), Copy, Reduce
+  BufRef dst;        // Recv, RecvReduce, Copy, Reduce
+  size_t count = 0;  // elements
 };
 
 // What a generator is asked to build. count follows the public API of the collective:
@@ -76,9 +76,9 @@ struct CollArgs {
 struct BufferLayout {
   size_t inputCount = 0;
   size_t outputCount = 0;
-  bool inputInOutput = false;   // in place, input aliases output + inputOffsetInOutput
+  bool inputInOutput = false;  // in place, input aliases output + inputOffsetInOutput
   size_t inputOffsetInOutput = 0;
-  bool outputInInput = false;   // in place ReduceScatter: output aliases input + offset
+  bool outputInInput = false;  // in place ReduceScatter: output aliases input + offset
   size_t outputOffsetInInput = 0;
 };
 BufferLayout bufferLayout(const CollArgs& args, int rank);
@@ -113,16 +113,22 @@ Schedule buildSchedule(const AlgorithmInfo& algo, const CollArgs& args);
 // Symbolic execution of every rank. OK if the final output of every rank equals the collective's
 // definition (each element the right combination of the right ranks' inputs, nothing counted
 // twice), every send matches a receive of equal size, and no rank can block forever; otherwise an
-// error saying which rank, step and element went wrong.
+// error saying which rank, step and element went wrong. Also rejected: peers out of range or equal
+// to the rank itself (local moves are Copy steps), ranges outside their buffer (input/output
+// sizes from bufferLayout, scratch from scratchCount), src and dst that overlap partially, and
+// writes the caller does not allow: the input is read-only except where it is the output (in
+// place), a non-root Reduce rank's output (and, in place, its input) is never written, and a
+// non-root Broadcast rank's input holds no data. Only the root's output is checked for Reduce.
+// SendRecv schedules have no collective definition and are rejected.
 Status verifySchedule(const Schedule& schedule);
 
 // ---- Lowering: what the executor runs --------------------------------------------------------
 // Each step split into pieces of at most pieceElems elements (the same split on both sides of a
 // send), with the dependencies of each piece on earlier pieces (range conflicts) made explicit.
 struct Piece {
-  Step step;                  // count <= pieceElems
-  std::vector<uint32_t> deps; // indices of earlier pieces that must complete before this starts
-  size_t stagingOffset = 0;   // RecvReduce: element offset of its receive area in the staging buffer
+  Step step;                   // count <= pieceElems
+  std::vector<uint32_t> deps;  // indices of earlier pieces that must complete before this starts
+  size_t stagingOffset = 0;  // RecvReduce: element offset of its receive area in the staging buffer
 };
 
 struct LoweredSchedule {
@@ -131,6 +137,16 @@ struct LoweredSchedule {
   size_t stagingCount = 0;  // elements of staging the RecvReduce pieces need
 };
 
+// Lowers as if the input and output never alias (an out-of-place layout).
 LoweredSchedule lowerSchedule(const RankSchedule& rs, size_t pieceElems);
+// Lowers with the rank's buffer layout, so that in place the input and output ranges that alias
+// are seen to conflict. Contracts of both: steps of count 0 produce no piece; a step of count c
+// becomes ceil(c / pieceElems) pieces, in order, all of pieceElems elements but the last (the
+// split depends only on c, so both sides of a transfer split alike); pieceElems 0 means no
+// split. deps are reduced (the last writer of each overlapping region and the readers since):
+// waiting for them implies every earlier conflicting piece has completed. Each RecvReduce piece
+// gets its own staging area [stagingOffset, stagingOffset + count).
+LoweredSchedule lowerSchedule(const RankSchedule& rs, const BufferLayout& layout,
+                              size_t pieceElems);
 
 }  // namespace loom

@@ -1,0 +1,652 @@
+// A rank's side of the bootstrap: the hello to the root, the ring join, and allGather over the
+// ring. All sockets are nonblocking; every wait polls at most 100 ms at a time so that the abort
+// flags are seen promptly even when no socket was shut down.
+#include "src/bootstrap/bootstrap.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "src/bootstrap/wire.h"
+#include "src/core/log.h"
+
+namespace loom {
+
+struct Bootstrap::Impl {
+  int rank = -1;
+  int nranks = 0;
+  uint64_t secret = 0;
+  std::vector<std::string> blobs;
+  std::vector<SockAddr> listeners;
+  SockAddr listenAddr;
+  bool joined = false;
+
+  std::mutex mu;  // guards the fds below against abort()'s shutdown() from another thread
+  Fd listener, next, prev;
+
+  std::atomic<bool> aborted{false};
+  const std::atomic<bool>* extAbort = nullptr;  // the caller's flag, only during connect/joinRing
+  Status broken;                                // first failure of a ring operation
+
+  int nextRank() const { return (rank + 1) % nranks; }
+  int prevRank() const { return (rank + nranks - 1) % nranks; }
+  bool isAborted() const {
+    return aborted.load(std::memory_order_acquire) ||
+           (extAbort && extAbort->load(std::memory_order_acquire));
+  }
+  Status abortedError(const std::string& during) const {
+    return LOOM_ERROR(kAborted, "bootstrap rank {}: aborted during {}", rank, during);
+  }
+
+  Status openListener(const SockAddr& at);
+  void setFd(Fd* slot, Fd fd) {
+    std::lock_guard<std::mutex> lk(mu);
+    *slot = std::move(fd);
+  }
+
+  // Polls fd for events until ready, the deadline, or abort. Errors carry no context.
+  Status wait(int fd, short events, const Deadline& deadline);
+  Status sendFully(int fd, const void* data, size_t bytes, const Deadline& deadline);
+  Status recvFully(int fd, void* data, size_t bytes, const Deadline& deadline);
+  Result<Fd> connectRetry(const SockAddr& addr, const Deadline& deadline);
+
+  Status rendezvous(const UniqueIdInfo& id, const std::string& blob, const Deadline& deadline);
+  Status joinRing(const Deadline& deadline);
+  Status acceptPrev(const Deadline& deadline);
+
+  Status allGather(const void* mine, size_t bytes, void* all, const Deadline& deadline);
+  // Records st as the bootstrap's failure and passes it to both neighbours (best effort).
+  Status fail(Status st, int sendFd, bool sendAtBoundary, int failedRank);
+};
+
+namespace {
+
+// Clears the caller's abort pointer when connect/joinRing returns: it may not outlive the call.
+struct ExtAbortScope {
+  Bootstrap::Impl* impl;
+  ExtAbortScope(Bootstrap::Impl* i, const std::atomic<bool>* flag) : impl(i) {
+    impl->extAbort = flag;
+  }
+  ~ExtAbortScope() { impl->extAbort = nullptr; }
+};
+
+std::string ringHandshake(uint32_t magic, uint64_t secret, int from, int to, int nranks) {
+  std::string out;
+  wire::Writer w(&out);
+  w.u32(magic);
+  w.u32(wire::kVersion);
+  w.u64(secret);
+  w.i32(from);
+  w.i32(to);
+  w.i32(nranks);
+  return out;
+}
+
+// Why a ring handshake is not the one expected, or empty when it is.
+std::string checkRingHandshake(const uint8_t* buf, uint32_t magic, uint64_t secret, int from,
+                               int to, int nranks) {
+  wire::Reader r(buf, wire::kRingBytes);
+  uint32_t m = r.u32();
+  uint32_t version = r.u32();
+  uint64_t s = r.u64();
+  int f = r.i32();
+  int t = r.i32();
+  int n = r.i32();
+  if (m != magic) return fmt::format("not a Loom ring handshake (magic 0x{:08x})", m);
+  if (version != wire::kVersion) return fmt::format("protocol version {}", version);
+  if (s != secret) return "wrong secret";
+  if (n != nranks || t != to)
+    return fmt::format("handshake for rank {} of {}, this is rank {} of {}", t, n, to, nranks);
+  if (f != from) return fmt::format("handshake from rank {}, expected rank {}", f, from);
+  return std::string();
+}
+
+}  // namespace
+
+Status Bootstrap::Impl::openListener(const SockAddr& at) {
+  SockAddr bound;
+  LOOM_ASSIGN(Fd fd, listenOn(at, &bound));
+  listenAddr = bound;
+  setFd(&listener, std::move(fd));
+  return Status();
+}
+
+Status Bootstrap::Impl::wait(int fd, short events, const Deadline& deadline) {
+  if (isAborted()) return LOOM_ERROR(kAborted, "aborted");
+  if (deadline.expired()) return LOOM_ERROR(kTimeout, "timed out after {} ms", deadline.timeoutMs());
+  pollfd p{fd, events, 0};
+  ::poll(&p, 1, deadline.remainingMs(100));
+  return Status();
+}
+
+Status Bootstrap::Impl::sendFully(int fd, const void* data, size_t bytes,
+                                  const Deadline& deadline) {
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    LOOM_ASSIGN(size_t n, sendSome(fd, p + done, bytes - done));
+    done += n;
+    if (done < bytes && n == 0) LOOM_TRY(wait(fd, POLLOUT, deadline));
+  }
+  return Status();
+}
+
+Status Bootstrap::Impl::recvFully(int fd, void* data, size_t bytes, const Deadline& deadline) {
+  char* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    LOOM_ASSIGN(size_t n, recvSome(fd, p + done, bytes - done));
+    done += n;
+    if (done < bytes && n == 0) LOOM_TRY(wait(fd, POLLIN, deadline));
+  }
+  return Status();
+}
+
+Result<Fd> Bootstrap::Impl::connectRetry(const SockAddr& addr, const Deadline& deadline) {
+  int delayMs = 1;
+  Status last;
+  while (true) {
+    LOOM_ASSIGN(Fd fd, startConnect(addr));
+    while (true) {
+      auto c = checkConnect(fd.get());
+      if (!c.isOk()) {
+        last = c.status();
+        break;
+      }
+      if (c.value()) return fd;
+      LOOM_TRY(wait(fd.get(), POLLOUT, deadline));
+    }
+    // Refused or unreachable: the peer may not be listening yet.
+    fd.reset();
+    if (isAborted()) return LOOM_ERROR(kAborted, "aborted");
+    pollfd none{-1, 0, 0};
+    ::poll(&none, 1, std::min(delayMs, deadline.remainingMs(100)));
+    if (deadline.expired())
+      return LOOM_ERROR(kTimeout, "timed out after {} ms ({})", deadline.timeoutMs(),
+                        last.message());
+    delayMs = std::min(delayMs * 2, 100);
+  }
+}
+
+Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& blob,
+                                   const Deadline& deadline) {
+  const std::string rootName = id.root.toString();
+  std::string hello;
+  wire::Writer w(&hello);
+  w.u32(wire::kHelloMagic);
+  w.u32(wire::kVersion);
+  w.u64(id.secret);
+  w.i32(rank);
+  w.i32(nranks);
+  w.addr(listenAddr);
+  w.u32(static_cast<uint32_t>(blob.size()));
+  w.bytes(blob.data(), blob.size());
+
+  auto context = [&](const Status& st, const char* what) {
+    if (st.code() == Code::kAborted) return abortedError("the rendezvous");
+    if (st.code() == Code::kTimeout)
+      return LOOM_ERROR(kTimeout, "bootstrap rank {} of {}: {} the root at {}: {}", rank, nranks,
+                        what, rootName, st.message());
+    return Status(st.code() == Code::kSystem ? Code::kSystem : Code::kRemote,
+                  fmt::format("bootstrap rank {} of {}: {} the root at {}: {}", rank, nranks, what,
+                              rootName, st.message()));
+  };
+
+  auto fdr = connectRetry(id.root, deadline);
+  if (!fdr.isOk()) return context(fdr.status(), "cannot connect to");
+  Fd root = std::move(fdr).value();
+  Status st = sendFully(root.get(), hello.data(), hello.size(), deadline);
+  if (!st.isOk()) return context(st, "cannot send the hello to");
+
+  uint8_t head[wire::kReplyBytes];
+  st = recvFully(root.get(), head, sizeof(head), deadline);
+  if (st.code() == Code::kTimeout)
+    return LOOM_ERROR(kTimeout,
+                      "bootstrap rank {} of {}: no table from the root at {} within {} ms (have "
+                      "all ranks started, with the same unique id?)",
+                      rank, nranks, rootName, deadline.timeoutMs());
+  if (!st.isOk()) return context(st, "no table from");
+  wire::Reader r(head, sizeof(head));
+  uint32_t magic = r.u32();
+  uint32_t kind = r.u32();
+  uint32_t code = r.u32();
+  r.u32();
+  uint64_t payloadBytes = r.u64();
+  if (magic != wire::kReplyMagic)
+    return LOOM_ERROR(kRemote, "bootstrap rank {}: {} is not a Loom bootstrap root (magic 0x{:08x})",
+                      rank, rootName, magic);
+  if (kind == wire::kReplyError) {
+    std::string text(std::min<uint64_t>(payloadBytes, wire::kMaxErrorText), '\0');
+    (void)recvFully(root.get(), &text[0], text.size(), Deadline(1000));
+    Code c = static_cast<Code>(code);
+    if (c != Code::kTimeout && c != Code::kInvalidArgument) c = Code::kRemote;
+    return Status(c, fmt::format("bootstrap rank {} of {}: {}", rank, nranks, text));
+  }
+  uint64_t maxPayload = static_cast<uint64_t>(nranks) * (wire::kAddrBytes + 4 + wire::kMaxBlob);
+  if (kind != wire::kReplyTable || static_cast<int>(code) != nranks || payloadBytes > maxPayload)
+    return LOOM_ERROR(kRemote,
+                      "bootstrap rank {}: malformed reply from the root at {} (kind {}, nranks "
+                      "{}, {} bytes)",
+                      rank, rootName, kind, code, payloadBytes);
+  std::string payload(payloadBytes, '\0');
+  st = recvFully(root.get(), &payload[0], payload.size(), deadline);
+  if (!st.isOk()) return context(st, "incomplete table from");
+  root.reset();
+
+  wire::Reader t(payload.data(), payload.size());
+  listeners.resize(nranks);
+  blobs.resize(nranks);
+  for (int i = 0; i < nranks; ++i) {
+    auto a = t.addr();
+    uint32_t len = t.u32();
+    const uint8_t* b = t.bytes(len);
+    if (!a.isOk() || !t.ok())
+      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed table from the root at {} (entry {})",
+                        rank, rootName, i);
+    listeners[i] = a.value();
+    blobs[i].assign(reinterpret_cast<const char*>(b), len);
+  }
+  LOOM_INFO(kSubBootstrap, "bootstrap rank {} of {}: table received from {}", rank, nranks,
+            rootName);
+  return Status();
+}
+
+Status Bootstrap::Impl::acceptPrev(const Deadline& deadline) {
+  struct Pending {
+    Fd fd;
+    SockAddr peer;
+    int64_t startNs = 0;
+    uint8_t buf[wire::kRingBytes];
+    size_t got = 0;
+  };
+  std::vector<Pending> pending;
+  const int from = prevRank();
+  const int64_t handshakeNs = wire::handshakeTimeoutMs() * 1000000;
+  auto dropped = [&](const Pending& p, const std::string& why) {
+    LOOM_WARN("bootstrap rank {}: dropped connection from {} to the ring listener {}: {}", rank,
+              p.peer.toString(), listenAddr.toString(), why);
+  };
+  while (true) {
+    if (isAborted()) return abortedError("the ring join");
+    if (deadline.expired())
+      return LOOM_ERROR(kTimeout,
+                        "bootstrap rank {} of {}: rank {} did not join the ring within {} ms", rank,
+                        nranks, from, deadline.timeoutMs());
+    std::vector<pollfd> pfds;
+    pfds.push_back({listener.get(), POLLIN, 0});
+    for (auto& p : pending) pfds.push_back({p.fd.get(), POLLIN, 0});
+    ::poll(pfds.data(), pfds.size(), deadline.remainingMs(100));
+    int64_t now = nowNs();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      if (pfds[i + 1].revents) {
+        auto r = recvSome(p.fd.get(), p.buf + p.got, sizeof(p.buf) - p.got);
+        if (!r.isOk()) {
+          dropped(p, fmt::format("{} after {} handshake bytes", r.status().message(), p.got));
+          p.fd.reset();
+          continue;
+        }
+        p.got += r.value();
+        if (p.got == sizeof(p.buf)) {
+          std::string why =
+              checkRingHandshake(p.buf, wire::kRingMagic, secret, from, rank, nranks);
+          if (!why.empty()) {
+            dropped(p, why);
+            p.fd.reset();
+            continue;
+          }
+          std::string ack = ringHandshake(wire::kAckMagic, secret, rank, from, nranks);
+          Status st = sendFully(p.fd.get(), ack.data(), ack.size(), deadline);
+          if (!st.isOk()) {
+            if (st.code() == Code::kAborted) return abortedError("the ring join");
+            return Status(st.code() == Code::kTimeout ? Code::kTimeout : Code::kRemote,
+                          fmt::format("bootstrap rank {}: cannot answer rank {}'s ring handshake: {}",
+                                      rank, from, st.message()));
+          }
+          setFd(&prev, std::move(p.fd));
+          return Status();
+        }
+      }
+      if (p.fd.valid() && now - p.startNs > handshakeNs) {
+        dropped(p, fmt::format("no handshake within {} ms", handshakeNs / 1000000));
+        p.fd.reset();
+      }
+    }
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const Pending& p) { return !p.fd.valid(); }),
+                  pending.end());
+    if (pfds[0].revents & POLLIN) {
+      while (true) {
+        Pending p;
+        auto r = tryAccept(listener.get(), &p.peer);
+        if (!r.isOk()) {
+          if (isAborted()) return abortedError("the ring join");
+          return r.status().withContext(fmt::format("bootstrap rank {}: ring listener", rank));
+        }
+        if (!r.value().valid()) break;
+        p.fd = std::move(r).value();
+        p.startNs = now;
+        pending.push_back(std::move(p));
+      }
+    }
+  }
+}
+
+Status Bootstrap::Impl::joinRing(const Deadline& deadline) {
+  if (nranks > 1) {
+    const int to = nextRank();
+    const std::string nextName = listeners[to].toString();
+    auto ctx = [&](const Status& st, const std::string& what) {
+      if (st.code() == Code::kAborted) return abortedError("the ring join");
+      return Status(st.code() == Code::kTimeout ? Code::kTimeout : Code::kRemote,
+                    fmt::format("bootstrap rank {} of {}: {} rank {} at {}: {}", rank, nranks, what,
+                                to, nextName, st.message()));
+    };
+    // Connect and send our handshake first: the kernel completes the connection and buffers the
+    // handshake without the successor's help, so every rank reaches acceptPrev and none waits in
+    // a cycle.
+    auto fdr = connectRetry(listeners[to], deadline);
+    if (!fdr.isOk()) return ctx(fdr.status(), "cannot connect to");
+    Fd fd = std::move(fdr).value();
+    std::string hs = ringHandshake(wire::kRingMagic, secret, rank, to, nranks);
+    Status st = sendFully(fd.get(), hs.data(), hs.size(), deadline);
+    if (!st.isOk()) return ctx(st, "cannot send the ring handshake to");
+    LOOM_TRY(acceptPrev(deadline));
+    uint8_t ack[wire::kRingBytes];
+    st = recvFully(fd.get(), ack, sizeof(ack), deadline);
+    if (!st.isOk())
+      return ctx(st, st.code() == Code::kTimeout ? "no ring handshake answer from"
+                                                 : "ring handshake refused (see its log) by");
+    std::string why = checkRingHandshake(ack, wire::kAckMagic, secret, to, rank, nranks);
+    if (!why.empty()) return ctx(LOOM_ERROR(kRemote, "{}", why), "bad ring handshake answer from");
+    setFd(&next, std::move(fd));
+  }
+  setFd(&listener, Fd());  // no one else may connect now
+  joined = true;
+  LOOM_INFO(kSubBootstrap, "bootstrap rank {} of {}: ring joined", rank, nranks);
+  return Status();
+}
+
+Status Bootstrap::Impl::fail(Status st, int sendFd, bool sendAtBoundary, int failedRank) {
+  broken = st;
+  if (st.code() == Code::kAborted) return st;
+  std::string frame;
+  wire::Writer w(&frame);
+  std::string text = st.message().substr(0, wire::kMaxErrorText - 4);
+  w.u32(wire::kFrameMagic);
+  w.u32(wire::kFrameError);
+  w.u64(4 + text.size());
+  w.u32(static_cast<uint32_t>(st.code()));
+  w.bytes(text.data(), text.size());
+  // Best effort, briefly: the neighbours may be gone too. Data never flows towards prev, so a
+  // frame there always starts at a frame boundary; towards next only if no data frame was cut.
+  Deadline brief(1000);
+  if (prev.valid() && failedRank != prevRank()) {
+    (void)sendFully(prev.get(), frame.data(), frame.size(), brief);
+  }
+  if (next.valid() && failedRank != nextRank() && sendAtBoundary && sendFd >= 0) {
+    (void)sendFully(next.get(), frame.data(), frame.size(), brief);
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  if (prev.valid()) ::shutdown(prev.get(), SHUT_WR);
+  if (next.valid()) ::shutdown(next.get(), SHUT_WR);
+  return st;
+}
+
+Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
+                                  const Deadline& deadline) {
+  if (!joined) return LOOM_ERROR(kInvalidUsage, "bootstrap: allGather before the ring is joined");
+  if (!broken.isOk()) return broken;
+  if (isAborted()) return abortedError("allGather");
+  char* out = static_cast<char*>(all);
+  if (mine != out + static_cast<size_t>(rank) * bytes)
+    std::memmove(out + static_cast<size_t>(rank) * bytes, mine, bytes);
+  if (nranks == 1) return Status();
+
+  const int steps = nranks - 1;
+  const int nextR = nextRank(), prevR = prevRank();
+  const int nfd = next.get(), pfd = prev.get();
+  auto chunk = [&](int c) { return out + static_cast<size_t>((c % nranks + nranks) % nranks) * bytes; };
+  int sendStep = 0, recvStep = 0;
+  // Outgoing frame of sendStep: header then the chunk; offset over both.
+  uint8_t sendHdr[wire::kFrameBytes];
+  size_t sendOff = 0;
+  {
+    std::string h;
+    wire::Writer w(&h);
+    w.u32(wire::kFrameMagic);
+    w.u32(wire::kFrameData);
+    w.u64(bytes);
+    std::memcpy(sendHdr, h.data(), sizeof(sendHdr));
+  }
+  uint8_t recvHdr[wire::kFrameBytes];
+  size_t recvOff = 0;
+  uint8_t backHdr[wire::kFrameBytes];
+  size_t backOff = 0;
+  const size_t frameBytes = wire::kFrameBytes + bytes;
+
+  auto closed = [&](int peer, const Status& st) {
+    if (isAborted()) return abortedError("allGather");
+    if (st.code() == Code::kRemote)
+      return LOOM_ERROR(kRemote, "bootstrap: rank {} closed its connection (seen by rank {})", peer,
+                        rank);
+    return LOOM_ERROR(kRemote, "bootstrap: connection between ranks {} and {} failed: {}", rank,
+                      peer, st.message());
+  };
+  // Reads an error frame's body after its header and turns it into the Status it reports.
+  auto errorFrame = [&](int fd, const uint8_t* hdr, int peer) {
+    wire::Reader r(hdr, wire::kFrameBytes);
+    r.u32();
+    r.u32();
+    uint64_t len = r.u64();
+    if (len < 4 || len > wire::kMaxErrorText)
+      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed error frame from rank {}", rank, peer);
+    std::string body(len, '\0');
+    Status st = recvFully(fd, &body[0], len, Deadline(2000));
+    if (!st.isOk()) return closed(peer, st);
+    wire::Reader b(body.data(), body.size());
+    Code code = static_cast<Code>(b.u32());
+    if (code != Code::kTimeout) code = Code::kRemote;
+    return Status(code, body.substr(4));
+  };
+
+  while (sendStep < steps || recvStep < steps) {
+    if (isAborted()) return fail(abortedError("allGather"), nfd, false, -1);
+    bool progressed = false;
+    // Send the chunk of sendStep once it is here: step 0 sends mine, step s what step s-1 got.
+    if (sendStep < steps && sendStep <= recvStep) {
+      const char* data = chunk(rank - sendStep);
+      while (sendOff < frameBytes) {
+        Result<size_t> r = sendOff < wire::kFrameBytes
+                               ? sendSome(nfd, sendHdr + sendOff, wire::kFrameBytes - sendOff)
+                               : sendSome(nfd, data + (sendOff - wire::kFrameBytes),
+                                          frameBytes - sendOff);
+        if (!r.isOk()) return fail(closed(nextR, r.status()), nfd, false, nextR);
+        if (r.value() == 0) break;
+        sendOff += r.value();
+        progressed = true;
+      }
+      if (sendOff == frameBytes) {
+        ++sendStep;
+        sendOff = 0;
+      }
+    }
+    // Receive the chunk of recvStep.
+    while (recvStep < steps) {
+      char* data = chunk(rank - recvStep - 1);
+      Result<size_t> r = recvOff < wire::kFrameBytes
+                             ? recvSome(pfd, recvHdr + recvOff, wire::kFrameBytes - recvOff)
+                             : recvSome(pfd, data + (recvOff - wire::kFrameBytes),
+                                        frameBytes - recvOff);
+      if (!r.isOk()) return fail(closed(prevR, r.status()), nfd, sendOff == 0, prevR);
+      if (r.value() == 0) break;
+      progressed = true;
+      bool headerNow = recvOff < wire::kFrameBytes && recvOff + r.value() == wire::kFrameBytes;
+      recvOff += r.value();
+      if (headerNow) {
+        wire::Reader h(recvHdr, sizeof(recvHdr));
+        uint32_t magic = h.u32();
+        uint32_t kind = h.u32();
+        uint64_t len = h.u64();
+        if (magic != wire::kFrameMagic)
+          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {} (magic 0x{:08x})",
+                                 rank, prevR, magic),
+                      nfd, sendOff == 0, prevR);
+        if (kind == wire::kFrameError)
+          return fail(errorFrame(pfd, recvHdr, prevR), nfd, sendOff == 0, -1);
+        if (len != bytes)
+          return fail(LOOM_ERROR(kInvalidUsage,
+                                 "bootstrap rank {}: rank {} sent {} bytes per rank, this rank "
+                                 "expects {} (mismatched bootstrap calls)",
+                                 rank, prevR, len, bytes),
+                      nfd, sendOff == 0, -1);
+      }
+      if (recvOff == frameBytes) {
+        ++recvStep;
+        recvOff = 0;
+      }
+    }
+    // The successor sends nothing back unless it failed; watch for that while we still owe it.
+    if (sendStep < steps) {
+      auto r = recvSome(nfd, backHdr + backOff, sizeof(backHdr) - backOff);
+      if (!r.isOk()) return fail(closed(nextR, r.status()), nfd, false, nextR);
+      backOff += r.value();
+      if (backOff == sizeof(backHdr)) {
+        wire::Reader h(backHdr, sizeof(backHdr));
+        if (h.u32() != wire::kFrameMagic || h.u32() != wire::kFrameError)
+          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {}", rank, nextR),
+                      nfd, false, nextR);
+        return fail(errorFrame(nfd, backHdr, nextR), nfd, false, -1);
+      }
+    }
+    if (progressed) continue;
+    if (deadline.expired()) {
+      std::string waiting = recvStep < steps && (sendStep > recvStep || sendStep == steps)
+                                ? fmt::format("data from rank {}", prevR)
+                                : fmt::format("rank {} to take data", nextR);
+      return fail(LOOM_ERROR(kTimeout,
+                             "bootstrap rank {} of {}: allGather timed out after {} ms at step {} "
+                             "of {}, waiting for {}",
+                             rank, nranks, deadline.timeoutMs(), std::min(sendStep, recvStep) + 1,
+                             steps, waiting),
+                  nfd, sendOff == 0, -1);
+    }
+    pollfd pfds[2];
+    int np = 0;
+    if (recvStep < steps) pfds[np++] = {pfd, POLLIN, 0};
+    if (sendStep < steps)
+      pfds[np++] = {nfd, static_cast<short>(POLLIN | (sendStep <= recvStep ? POLLOUT : 0)), 0};
+    ::poll(pfds, np, deadline.remainingMs(100));
+  }
+  return Status();
+}
+
+Bootstrap::Bootstrap(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Bootstrap::~Bootstrap() = default;
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueIdInfo& id, int rank,
+                                                      int nranks, const std::string& blob,
+                                                      const Deadline& deadline,
+                                                      const std::atomic<bool>* abort) {
+  if (nranks < 1 || nranks > wire::kMaxRanks)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: nranks {} out of range [1, {}]", nranks,
+                      wire::kMaxRanks);
+  if (rank < 0 || rank >= nranks)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: rank {} out of range for nranks {}", rank,
+                      nranks);
+  if (blob.size() > wire::kMaxBlob)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: blob of {} bytes exceeds the {} byte limit",
+                      blob.size(), wire::kMaxBlob);
+  if (id.root.family() != AF_INET && id.root.family() != AF_INET6)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: the root address is not set");
+  auto impl = std::make_unique<Impl>();
+  ExtAbortScope scope(impl.get(), abort);
+  impl->rank = rank;
+  impl->nranks = nranks;
+  impl->secret = id.secret;
+  LOOM_ASSIGN(Interface itf, interfaceFor(id.root));
+  SockAddr at = itf.addr;
+  at.setPort(0);
+  LOOM_TRY(impl->openListener(at).withContext(
+      fmt::format("bootstrap rank {}: cannot open a listener on {}", rank, itf.name)));
+  LOOM_TRY(impl->rendezvous(id, blob, deadline));
+  LOOM_TRY(impl->joinRing(deadline));
+  return std::unique_ptr<Bootstrap>(new Bootstrap(std::move(impl)));
+}
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::prepare(uint64_t secret, const SockAddr* near) {
+  auto impl = std::make_unique<Impl>();
+  impl->secret = secret;
+  Interface itf;
+  if (near) {
+    LOOM_ASSIGN(itf, interfaceFor(*near));
+  } else {
+    LOOM_ASSIGN(itf, defaultInterface());
+  }
+  SockAddr at = itf.addr;
+  at.setPort(0);
+  LOOM_TRY(impl->openListener(at).withContext(
+      fmt::format("bootstrap: cannot open a listener on {}", itf.name)));
+  return std::unique_ptr<Bootstrap>(new Bootstrap(std::move(impl)));
+}
+
+const SockAddr& Bootstrap::listenAddress() const { return impl_->listenAddr; }
+
+Status Bootstrap::joinRing(int rank, std::vector<Member> members, const Deadline& deadline,
+                           const std::atomic<bool>* abort) {
+  Impl& s = *impl_;
+  if (s.joined || !s.listener.valid())
+    return LOOM_ERROR(kInvalidUsage, "bootstrap: joinRing needs a fresh prepare()");
+  int n = static_cast<int>(members.size());
+  if (n < 1 || n > wire::kMaxRanks)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: joinRing with {} members", n);
+  if (rank < 0 || rank >= n)
+    return LOOM_ERROR(kInvalidArgument, "bootstrap: joinRing rank {} out of range for {} members",
+                      rank, n);
+  for (int i = 0; i < n; ++i)
+    if (members[i].listener.family() != AF_INET && members[i].listener.family() != AF_INET6)
+      return LOOM_ERROR(kInvalidArgument, "bootstrap: joinRing member {} has no address", i);
+  ExtAbortScope scope(&s, abort);
+  s.rank = rank;
+  s.nranks = n;
+  s.listeners.clear();
+  s.blobs.clear();
+  for (auto& m : members) {
+    s.listeners.push_back(m.listener);
+    s.blobs.push_back(std::move(m.blob));
+  }
+  return s.joinRing(deadline);
+}
+
+int Bootstrap::rank() const { return impl_->rank; }
+int Bootstrap::nranks() const { return impl_->nranks; }
+uint64_t Bootstrap::secret() const { return impl_->secret; }
+
+const std::string& Bootstrap::blob(int rank) const {
+  static const std::string* empty = new std::string();
+  if (rank < 0 || rank >= static_cast<int>(impl_->blobs.size())) return *empty;
+  return impl_->blobs[rank];
+}
+
+Status Bootstrap::allGather(const void* mine, size_t bytes, void* all, const Deadline& deadline) {
+  return impl_->allGather(mine, bytes, all, deadline);
+}
+
+Status Bootstrap::barrier(const Deadline& deadline) {
+  char mine = 0;
+  std::vector<char> all(impl_->nranks > 0 ? impl_->nranks : 1);
+  return impl_->allGather(&mine, 1, all.data(), deadline);
+}
+
+void Bootstrap::abort() {
+  Impl& s = *impl_;
+  s.aborted.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lk(s.mu);
+  for (Fd* fd : {&s.listener, &s.next, &s.prev})
+    if (fd->valid()) ::shutdown(fd->get(), SHUT_RDWR);
+}
+
+}  // namespace loom

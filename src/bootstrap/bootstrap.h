@@ -72,9 +72,15 @@ class Bootstrap {
     SockAddr listener;
     std::string blob;
   };
-  // Opens a listener for a future fromMembers(); returns its address.
-  static Result<std::unique_ptr<Bootstrap>> prepare(uint64_t secret);
+  // Opens a listener for a later joinRing() (see listenAddress()). The listener is on the
+  // interface that reaches `near` (pass the parent's listenAddress() so that a split of a
+  // loopback communicator stays on loopback), or on the default interface when near is null.
+  static Result<std::unique_ptr<Bootstrap>> prepare(uint64_t secret,
+                                                    const SockAddr* near = nullptr);
   const SockAddr& listenAddress() const;
+  // Joins the ring among members (members[rank] is this one; every member calls it with the same
+  // list). Blocks until both ring neighbours are connected, the deadline, or *abort. Only after
+  // prepare(), once.
   Status joinRing(int rank, std::vector<Member> members, const Deadline& deadline,
                   const std::atomic<bool>* abort);
 
@@ -83,7 +89,10 @@ class Bootstrap {
   const std::string& blob(int rank) const;
   uint64_t secret() const;
 
-  // all must hold nranks * bytes; all[rank*bytes..] = mine on every rank.
+  // all must hold nranks * bytes; all[rank*bytes..] = mine on every rank (mine may point there).
+  // Every rank must call it with the same bytes. A failure (a peer died, the deadline passed)
+  // is passed on to the other ranks over the ring and breaks the bootstrap: later calls return
+  // the same error. allGather and barrier are not thread safe against each other.
   Status allGather(const void* mine, size_t bytes, void* all, const Deadline& deadline);
   Status barrier(const Deadline& deadline);
   // Wakes any blocked call (it returns kAborted) and closes the sockets. Thread safe.

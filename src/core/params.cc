@@ -49,8 +49,9 @@ const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
                        "Bytes per pipelined piece of a schedule step"};
 const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
                          "Outstanding network requests per connection and direction"};
-const Param kSpinCount{"LOOM_SPIN_COUNT", ParamType::kInt, "2000",
-                       "Progress-loop polls without progress before a rank sleeps in poll()"};
+const Param kSpinCount{"LOOM_SPIN_COUNT", ParamType::kInt, "auto",
+                       "Progress-loop polls without progress before a rank sleeps in poll(); "
+                       "default 2000, or 20 when a host has more local ranks than cores"};
 
 const Param* const kAll[] = {&kDebug,        &kDebugSubsys,    &kDebugFile,      &kTimeout,
                              &kCommId,       &kHostId,         &kCommSecret,     &kBootstrapPortOffset,

@@ -1,0 +1,509 @@
+// The C entry points: argument validation, error codes and messages, group calls. Every entry
+// point catches everything (allocation failure included) and turns it into a result code; the
+// message of the last failure on this thread is kept for loomGetLastError().
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.h"
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/dtype.h"
+#include "src/core/log.h"
+#include "src/core/params.h"
+#include "src/runtime/comm.h"
+#include "src/runtime/executor.h"
+
+struct loomComm {
+  std::unique_ptr<loom::Comm> impl;
+};
+
+namespace loom {
+namespace {
+
+thread_local std::string tLastError;
+
+struct GroupState {
+  int depth = 0;
+  std::vector<QueuedOp> ops;
+};
+thread_local GroupState tGroup;
+
+loomResult_t setError(const Status& st, const char* call) {
+  if (st.isOk()) return loomSuccess;
+  tLastError = fmt::format("{}: {}", call, st.message());
+  if (st.code() == Code::kInvalidArgument || st.code() == Code::kInvalidUsage)
+    LOOM_INFO(kSubColl, "{}", tLastError);
+  else
+    LOOM_WARN("{}", tLastError);
+  return st.result();
+}
+
+template <typename Fn>
+loomResult_t guarded(const char* call, Fn&& fn) {
+  try {
+    return setError(fn(), call);
+  } catch (const std::bad_alloc&) {
+    return setError(LOOM_ERROR(kSystem, "out of memory"), call);
+  } catch (const std::exception& e) {
+    return setError(LOOM_ERROR(kInternal, "unexpected exception: {}", e.what()), call);
+  } catch (...) {
+    return setError(LOOM_ERROR(kInternal, "unexpected exception"), call);
+  }
+}
+
+// Marks a comm busy for the duration of a call, so that loomCommAbort from another thread waits
+// for the call to leave before freeing the communicator.
+class CallScope {
+ public:
+  explicit CallScope(Comm* c) : c_(c) {
+    c_->activeCalls.fetch_add(1, std::memory_order_acq_rel);
+    logSetThreadRank(c_->rank());
+  }
+  ~CallScope() { c_->activeCalls.fetch_sub(1, std::memory_order_acq_rel); }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  Comm* c_;
+};
+
+Status checkComm(loomComm_t comm) {
+  if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+  Comm* c = comm->impl.get();
+  if (c->aborted()) return LOOM_ERROR(kAborted, "the communicator was aborted");
+  Status async = c->asyncError();
+  if (!async.isOk())
+    return Status(async.code(), "the communicator failed earlier and cannot be used: " + async.message());
+  return Status();
+}
+
+uint64_t deriveSecret(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The id for LOOM_COMM_ID: the address from the environment and a secret every process derives
+// the same way.
+Result<UniqueIdInfo> commIdFromEnv() {
+  UniqueIdInfo info;
+  LOOM_ASSIGN(info.root, parseSockAddr(params::kCommId.str()));
+  info.secret = deriveSecret("LOOM_COMM_ID=" + info.root.toString() + ";" + params::kCommSecret.str());
+  return info;
+}
+
+bool sameAddr(const SockAddr& a, const SockAddr& b) {
+  return a.len == b.len && std::memcmp(&a.ss, &b.ss, a.len) == 0;
+}
+
+Status checkConfig(const loomConfig_t* config) {
+  if (!config) return Status();
+  if (config->size < offsetof(loomConfig_t, version) + sizeof(unsigned int) ||
+      config->magic != LOOM_CONFIG_MAGIC)
+    return LOOM_ERROR(kInvalidArgument,
+                      "config was not initialised with LOOM_CONFIG_INITIALIZER (size {}, magic {:#x})",
+                      config->size, config->magic);
+  return Status();
+}
+
+Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
+                const loomConfig_t* config) {
+  if (!out) return LOOM_ERROR(kInvalidArgument, "comm pointer is NULL");
+  *out = nullptr;
+  if (nranks < 1) return LOOM_ERROR(kInvalidArgument, "nranks {} must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return LOOM_ERROR(kInvalidArgument, "rank {} is out of range for {} ranks", rank, nranks);
+  LOOM_TRY(checkConfig(config));
+  LOOM_ASSIGN(UniqueIdInfo info, unpackUniqueId(id));
+  if (rank == 0 && params::kCommId.isSet() && !params::kCommId.str().empty()) {
+    auto env = commIdFromEnv();
+    if (env.isOk() && sameAddr(env.value().root, info.root)) LOOM_TRY(startRootAt(info));
+  }
+  logSetThreadRank(rank);
+  LOOM_ASSIGN(std::unique_ptr<Comm> c, Comm::create(info, nranks, rank, config));
+  auto* h = new loomComm();
+  h->impl = std::move(c);
+  *out = h;
+  return Status();
+}
+
+bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return na && nb && x < y + nb && y < x + na;
+}
+
+Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt) {
+  if (count == 0) return Status();
+  if (!p) return LOOM_ERROR(kInvalidArgument, "{} is NULL with count {}", name, count);
+  size_t es = dataTypeSize(dt);
+  if (reinterpret_cast<uintptr_t>(p) % es != 0)
+    return LOOM_ERROR(kInvalidArgument, "{} {} is not aligned to the {}-byte size of {}", name, p, es,
+                      dataTypeName(dt));
+  return Status();
+}
+
+// Validates a call and queues it (in a group) or runs it.
+Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
+  LOOM_TRY(checkComm(comm));
+  Comm* c = comm->impl.get();
+  if (!validDataType(a.dtype))
+    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", static_cast<int>(a.dtype),
+                      loomNumTypes - 1);
+  if (!validRedOp(a.op))
+    return LOOM_ERROR(kInvalidArgument, "unknown reduction op {} (valid: 0..{})", static_cast<int>(a.op),
+                      loomNumOps - 1);
+  if (stream != nullptr)
+    return LOOM_ERROR(kInvalidArgument,
+                      "a non-NULL stream needs a CUDA build of Loom; host calls take a NULL stream");
+  int n = c->nranks(), me = c->rank();
+  bool rooted = a.coll == CollKind::kBroadcast || a.coll == CollKind::kReduce;
+  if (rooted && (a.root < 0 || a.root >= n))
+    return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", a.root, n);
+  if (a.coll == CollKind::kSendRecv && (a.peer < 0 || a.peer >= n))
+    return LOOM_ERROR(kInvalidArgument, "peer {} is out of range for {} ranks", a.peer, n);
+  size_t es = dataTypeSize(a.dtype);
+  size_t inCount = a.count, outCount = a.count;
+  if (a.coll == CollKind::kAllGather) outCount = a.count * n;
+  if (a.coll == CollKind::kReduceScatter) inCount = a.count * n;
+  if (a.coll == CollKind::kAllToAll) inCount = outCount = a.count * n;
+  if (a.count > (SIZE_MAX / 2) / es / static_cast<size_t>(n))
+    return LOOM_ERROR(kInvalidArgument, "count {} is too large", a.count);
+  bool needIn = !(a.coll == CollKind::kBroadcast && me != a.root) &&
+                !(a.coll == CollKind::kSendRecv && !a.isSend);
+  bool needOut = !(a.coll == CollKind::kReduce && me != a.root) &&
+                 !(a.coll == CollKind::kSendRecv && a.isSend);
+  if (needIn) LOOM_TRY(checkPtr(a.sendbuff, "sendbuff", inCount, a.dtype));
+  if (needOut) LOOM_TRY(checkPtr(a.recvbuff, "recvbuff", outCount, a.dtype));
+  if (!needIn) a.sendbuff = nullptr;
+  // A non-root Reduce may pass a recvbuff: it is not written.
+  if (!needOut && a.coll == CollKind::kReduce) a.recvbuff = nullptr;
+  const char* s = static_cast<const char*>(a.sendbuff);
+  char* r = static_cast<char*>(a.recvbuff);
+  if (a.coll != CollKind::kSendRecv && s && r) {
+    switch (a.coll) {
+      case CollKind::kAllGather: a.inPlace = s == r + static_cast<size_t>(me) * a.count * es; break;
+      case CollKind::kReduceScatter: a.inPlace = r == s + static_cast<size_t>(me) * a.count * es; break;
+      default: a.inPlace = s == r; break;
+    }
+    if (!a.inPlace && overlaps(s, inCount * es, r, outCount * es))
+      return LOOM_ERROR(kInvalidArgument,
+                        "sendbuff and recvbuff overlap without being in place as {} defines it",
+                        collName(a.coll));
+  }
+  QueuedOp q;
+  q.comm = c;
+  q.args = a;
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back(q);
+    return Status();
+  }
+  CallScope scope(c);
+  return executeOps({q});
+}
+
+Status runGroup(std::vector<QueuedOp> ops) {
+  std::vector<std::unique_ptr<CallScope>> scopes;
+  std::vector<Comm*> seen;
+  for (const auto& q : ops) {
+    if (std::find(seen.begin(), seen.end(), q.comm) != seen.end()) continue;
+    seen.push_back(q.comm);
+    scopes.push_back(std::make_unique<CallScope>(q.comm));
+  }
+  return executeOps(ops);
+}
+
+OpArgs collArgs(CollKind coll, const void* sendbuff, void* recvbuff, size_t count,
+                loomDataType_t dt, loomRedOp_t op, int root) {
+  OpArgs a;
+  a.coll = coll;
+  a.sendbuff = sendbuff;
+  a.recvbuff = recvbuff;
+  a.count = count;
+  a.dtype = dt;
+  a.op = op;
+  a.root = root;
+  return a;
+}
+
+}  // namespace
+}  // namespace loom
+
+using namespace loom;  // NOLINT: this file is the C boundary
+
+extern "C" {
+
+loomResult_t loomGetVersion(int* version) {
+  return guarded("loomGetVersion", [&] {
+    if (!version) return LOOM_ERROR(kInvalidArgument, "version is NULL");
+    *version = LOOM_VERSION_CODE;
+    return Status();
+  });
+}
+
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
+  return guarded("loomGetUniqueId", [&]() -> Status {
+    if (!uniqueId) return LOOM_ERROR(kInvalidArgument, "uniqueId is NULL");
+    std::memset(uniqueId, 0, sizeof(*uniqueId));
+    if (params::kCommId.isSet() && !params::kCommId.str().empty()) {
+      LOOM_ASSIGN(UniqueIdInfo info, commIdFromEnv());
+      packUniqueId(info, uniqueId);
+      return Status();
+    }
+    return createRootAndId(uniqueId);
+  });
+}
+
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
+  return guarded("loomCommInitRank", [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config) {
+  return guarded("loomCommInitRankConfig",
+                 [&] { return initRank(comm, nranks, commId, rank, config); });
+}
+
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
+  return guarded("loomCommInitFromEnv", [&]() -> Status {
+    if (!comm) return LOOM_ERROR(kInvalidArgument, "comm pointer is NULL");
+    *comm = nullptr;
+    LOOM_TRY(checkConfig(config));
+    LOOM_ASSIGN(EnvLaunch env, launchFromEnv());
+    LOOM_INFO(kSubInit, "rank {} of {} from {}", env.rank, env.nranks, env.source);
+    if (env.rank == 0) LOOM_TRY(startRootAt(env.id));
+    logSetThreadRank(env.rank);
+    LOOM_ASSIGN(std::unique_ptr<Comm> c, Comm::create(env.id, env.nranks, env.rank, config));
+    auto* h = new loomComm();
+    h->impl = std::move(c);
+    *comm = h;
+    return Status();
+  });
+}
+
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
+  return guarded("loomCommInitAll", [&]() -> Status {
+    if (!comms) return LOOM_ERROR(kInvalidArgument, "comms is NULL");
+    if (ndev < 1) return LOOM_ERROR(kInvalidArgument, "ndev {} must be at least 1", ndev);
+    loomUniqueId id;
+    LOOM_TRY(createRootAndId(&id));
+    std::vector<Status> results(ndev);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ndev; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          results[r] = initRank(&comms[r], ndev, id, r, nullptr);
+        } catch (const std::bad_alloc&) {
+          results[r] = LOOM_ERROR(kSystem, "out of memory");
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < ndev; ++r) {
+      if (results[r].isOk()) continue;
+      for (int k = 0; k < ndev; ++k) {
+        delete comms[k];
+        comms[k] = nullptr;
+      }
+      return results[r].withContext(fmt::format("rank {}", r));
+    }
+    return Status();
+  });
+}
+
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config) {
+  return guarded("loomCommSplit", [&]() -> Status {
+    if (!newcomm) return LOOM_ERROR(kInvalidArgument, "newcomm is NULL");
+    *newcomm = nullptr;
+    LOOM_TRY(checkComm(comm));
+    LOOM_TRY(checkConfig(config));
+    if (color < LOOM_SPLIT_NOCOLOR)
+      return LOOM_ERROR(kInvalidArgument, "color {} must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
+    if (tGroup.depth > 0) return LOOM_ERROR(kInvalidUsage, "loomCommSplit inside a group");
+    CallScope scope(comm->impl.get());
+    LOOM_ASSIGN(std::unique_ptr<Comm> c, comm->impl->split(color, key, config));
+    if (c) {
+      auto* h = new loomComm();
+      h->impl = std::move(c);
+      *newcomm = h;
+    }
+    return Status();
+  });
+}
+
+loomResult_t loomCommFinalize(loomComm_t comm) {
+  return guarded("loomCommFinalize", [&]() -> Status {
+    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    // Host calls complete before they return: nothing is outstanding.
+    return Status();
+  });
+}
+
+loomResult_t loomCommDestroy(loomComm_t comm) {
+  return guarded("loomCommDestroy", [&]() -> Status {
+    delete comm;
+    return Status();
+  });
+}
+
+loomResult_t loomCommAbort(loomComm_t comm) {
+  return guarded("loomCommAbort", [&]() -> Status {
+    if (!comm) return Status();
+    Comm* c = comm->impl.get();
+    c->requestAbort();
+    // Blocked calls see the flag within milliseconds; wait for them to leave before freeing.
+    for (int i = 0; i < 10000 && c->activeCalls.load(std::memory_order_acquire) > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (c->activeCalls.load(std::memory_order_acquire) > 0) {
+      LOOM_WARN("loomCommAbort: a call is still running on the communicator after 10 s; leaking it");
+      return Status();
+    }
+    delete comm;
+    return Status();
+  });
+}
+
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
+  return guarded("loomCommGetAsyncError", [&]() -> Status {
+    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    if (!asyncError) return LOOM_ERROR(kInvalidArgument, "asyncError is NULL");
+    Status st = comm->impl->asyncError();
+    *asyncError = comm->impl->aborted() && st.isOk() ? loomAborted : st.result();
+    return Status();
+  });
+}
+
+loomResult_t loomCommCount(const loomComm_t comm, int* count) {
+  return guarded("loomCommCount", [&]() -> Status {
+    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    if (!count) return LOOM_ERROR(kInvalidArgument, "count is NULL");
+    *count = comm->impl->nranks();
+    return Status();
+  });
+}
+
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
+  return guarded("loomCommUserRank", [&]() -> Status {
+    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    if (!rank) return LOOM_ERROR(kInvalidArgument, "rank is NULL");
+    *rank = comm->impl->rank();
+    return Status();
+  });
+}
+
+loomResult_t loomGroupStart(void) {
+  return guarded("loomGroupStart", [&] {
+    ++tGroup.depth;
+    return Status();
+  });
+}
+
+loomResult_t loomGroupEnd(void) {
+  return guarded("loomGroupEnd", [&]() -> Status {
+    if (tGroup.depth == 0) return LOOM_ERROR(kInvalidUsage, "loomGroupEnd without loomGroupStart");
+    if (--tGroup.depth > 0) return Status();
+    std::vector<QueuedOp> ops;
+    ops.swap(tGroup.ops);
+    // A comm that failed or was aborted since its op was queued fails the group here.
+    for (const auto& q : ops) {
+      if (q.comm->aborted()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
+    }
+    return runGroup(std::move(ops));
+  });
+}
+
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream) {
+  return guarded("loomAllReduce", [&] {
+    return enqueue(comm, collArgs(CollKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0), stream);
+  });
+}
+
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  return guarded("loomBroadcast", [&] {
+    return enqueue(comm, collArgs(CollKind::kBroadcast, sendbuff, recvbuff, count, datatype, loomSum, root),
+                   stream);
+  });
+}
+
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
+  return guarded("loomReduce", [&] {
+    return enqueue(comm, collArgs(CollKind::kReduce, sendbuff, recvbuff, count, datatype, op, root), stream);
+  });
+}
+
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  return guarded("loomAllGather", [&] {
+    return enqueue(comm, collArgs(CollKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, 0),
+                   stream);
+  });
+}
+
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream) {
+  return guarded("loomReduceScatter", [&] {
+    return enqueue(comm, collArgs(CollKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0),
+                   stream);
+  });
+}
+
+loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  return guarded("loomAllToAll", [&] {
+    return enqueue(comm, collArgs(CollKind::kAllToAll, sendbuff, recvbuff, count, datatype, loomSum, 0),
+                   stream);
+  });
+}
+
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream) {
+  return guarded("loomSend", [&] {
+    OpArgs a = collArgs(CollKind::kSendRecv, sendbuff, nullptr, count, datatype, loomSum, 0);
+    a.peer = peer;
+    a.isSend = true;
+    return enqueue(comm, a, stream);
+  });
+}
+
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream) {
+  return guarded("loomRecv", [&] {
+    OpArgs a = collArgs(CollKind::kSendRecv, nullptr, recvbuff, count, datatype, loomSum, 0);
+    a.peer = peer;
+    a.isSend = false;
+    return enqueue(comm, a, stream);
+  });
+}
+
+const char* loomGetErrorString(loomResult_t result) {
+  switch (result) {
+    case loomSuccess: return "no error";
+    case loomUnhandledCudaError: return "unhandled CUDA error";
+    case loomSystemError: return "system error (a system call failed or a connection was lost)";
+    case loomInternalError: return "internal error (a bug in Loom)";
+    case loomInvalidArgument: return "invalid argument";
+    case loomInvalidUsage: return "invalid usage";
+    case loomRemoteError: return "remote error (a peer failed or does not match this call)";
+    case loomInProgress: return "operation in progress";
+    case loomTimeout: return "timeout (LOOM_TIMEOUT passed)";
+    case loomAborted: return "communicator aborted";
+    default: return "unknown result code";
+  }
+}
+
+const char* loomGetLastError(void) { return tLastError.c_str(); }
+
+}  // extern "C"

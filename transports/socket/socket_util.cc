@@ -91,6 +91,8 @@ Result<SockAddr> parseSockAddr(const std::string& text) {
       return LOOM_ERROR(kInvalidArgument, "malformed address '{}': expected host:port", text);
     host = text.substr(0, colon);
     portText = text.substr(colon + 1);
+    if (host.find(':') != std::string::npos)
+      return LOOM_ERROR(kInvalidArgument, "malformed address '{}': IPv6 needs [brackets]", text);
   }
   char* end = nullptr;
   long port = std::strtol(portText.c_str(), &end, 10);
@@ -329,6 +331,18 @@ Result<size_t> sendSome(int fd, const void* data, size_t bytes) {
   if (errno == EPIPE || errno == ECONNRESET)
     return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")");
   return systemError("send", errno);
+}
+
+Result<size_t> sendvSome(int fd, const struct iovec* iov, int count) {
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = static_cast<size_t>(count);
+  ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n >= 0) return static_cast<size_t>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
+  if (errno == EPIPE || errno == ECONNRESET)
+    return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")");
+  return systemError("sendmsg", errno);
 }
 
 Result<size_t> recvSome(int fd, void* data, size_t bytes) {

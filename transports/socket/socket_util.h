@@ -3,6 +3,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/uio.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -97,6 +98,8 @@ Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
 // the connection is an error (kRemote) "connection closed by peer".
 Result<size_t> sendSome(int fd, const void* data, size_t bytes);
 Result<size_t> recvSome(int fd, void* data, size_t bytes);
+// sendSome over several buffers in one system call (sendmsg); same contract.
+Result<size_t> sendvSome(int fd, const struct iovec* iov, int count);
 
 // Moves all bytes on a nonblocking (or blocking) fd, polling until the deadline or until *abort
 // becomes true (checked at least every 100 ms).

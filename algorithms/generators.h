@@ -1,0 +1,16 @@
+// The generators registered in schedule.cc. Each builds one rank's schedule for any nranks >= 1,
+// count >= 0, root in [0, nranks), in place or not. Internal to algorithms/.
+#pragma once
+
+#include "algorithms/schedule.h"
+
+namespace loom {
+
+RankSchedule ringAllReduce(const CollArgs& args, int rank);      // ring.cc
+RankSchedule ringAllGather(const CollArgs& args, int rank);      // ring.cc
+RankSchedule ringReduceScatter(const CollArgs& args, int rank);  // ring.cc
+RankSchedule chainBroadcast(const CollArgs& args, int rank);     // chain.cc
+RankSchedule chainReduce(const CollArgs& args, int rank);        // chain.cc
+RankSchedule pairwiseAllToAll(const CollArgs& args, int rank);   // pairwise.cc
+
+}  // namespace loom

@@ -1,0 +1,415 @@
+#include "src/runtime/comm.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "src/core/clock.h"
+#include "src/core/log.h"
+#include "src/core/params.h"
+#include "src/runtime/executor.h"
+#include "transports/socket/socket_transport.h"
+
+namespace loom {
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x4c4d4831;  // "LMH1"
+constexpr int kHelloTag = 0x7fff0000;
+constexpr size_t kHelloBytes = 24;
+
+// Little writer/reader for PeerInfo blobs.
+void putU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+void putStr(std::string& s, const std::string& v) {
+  putU32(s, static_cast<uint32_t>(v.size()));
+  s += v;
+}
+
+struct Reader {
+  const std::string& s;
+  size_t pos = 0;
+  bool ok = true;
+  uint32_t u32() {
+    if (pos + 4 > s.size()) return ok = false, 0;
+    uint32_t v;
+    std::memcpy(&v, s.data() + pos, 4);
+    pos += 4;
+    return v;
+  }
+  std::string str() {
+    uint32_t n = u32();
+    if (!ok || pos + n > s.size()) return ok = false, std::string();
+    std::string v = s.substr(pos, n);
+    pos += n;
+    return v;
+  }
+};
+
+void fillHello(unsigned char* out, int rank, int channel, uint64_t secret) {
+  uint32_t magic = kHelloMagic, r = static_cast<uint32_t>(rank), c = static_cast<uint32_t>(channel);
+  std::memcpy(out, &magic, 4);
+  std::memcpy(out + 4, &r, 4);
+  std::memcpy(out + 8, &c, 4);
+  std::memset(out + 12, 0, 4);
+  std::memcpy(out + 16, &secret, 8);
+}
+
+uint64_t mixSecret(uint64_t secret, uint64_t a, uint64_t b) {
+  uint64_t h = secret ^ 0x9e3779b97f4a7c15ull;
+  for (uint64_t v : {a, b}) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  }
+  return h;
+}
+
+int64_t configTimeoutMs(const loomConfig_t* config) {
+  if (config && config->size >= offsetof(loomConfig_t, timeoutMs) + sizeof(int) && config->timeoutMs >= 0)
+    return config->timeoutMs;
+  return defaultTimeoutMs();
+}
+
+std::string configName(const loomConfig_t* config) {
+  if (config && config->size >= offsetof(loomConfig_t, commName) + sizeof(const char*) && config->commName)
+    return config->commName;
+  return std::string();
+}
+
+}  // namespace
+
+std::string PeerInfo::serialize() const {
+  std::string s;
+  putU32(s, 0x4c504931);  // "LPI1"
+  putStr(s, hostId);
+  putStr(s, hostName);
+  putU32(s, static_cast<uint32_t>(pid));
+  s.append(reinterpret_cast<const char*>(netHandle.bytes), net::kHandleSize);
+  return s;
+}
+
+Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
+  Reader r{blob};
+  PeerInfo p;
+  if (r.u32() != 0x4c504931) return LOOM_ERROR(kInternal, "peer info: bad magic");
+  p.hostId = r.str();
+  p.hostName = r.str();
+  p.pid = static_cast<int>(r.u32());
+  if (!r.ok || r.pos + net::kHandleSize != blob.size())
+    return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
+  std::memcpy(p.netHandle.bytes, blob.data() + r.pos, net::kHandleSize);
+  return p;
+}
+
+std::string localHostId() {
+  if (params::kHostId.isSet() && !params::kHostId.str().empty()) return params::kHostId.str();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string id = host;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string bootId;
+  if (boot && std::getline(boot, bootId)) id += ":" + bootId;
+  return id;
+}
+
+net::Transport* defaultTransport() {
+  // Leaked on purpose: comms may be destroyed during static teardown.
+  static net::Transport* t = makeSocketTransport().release();
+  return t;
+}
+
+Comm::~Comm() {
+  closeConnections();
+  if (listenComm_ && net_) (void)net_->closeListen(listenComm_);
+}
+
+Status Comm::initNet(const loomConfig_t* config) {
+  net_ = defaultTransport();
+  if (net_->devices() < 1) return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());
+  net::Handle h{};
+  LOOM_TRY(net_->listen(0, &h, &listenComm_).withContext("opening the transport listener"));
+  peers_.assign(nranks_, PeerInfo());
+  peers_[rank_].netHandle = h;
+  plans_ = std::make_unique<PlanCache>();
+  timeoutMs_ = configTimeoutMs(config);
+  return Status();
+}
+
+Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, int rank,
+                                           const loomConfig_t* config) {
+  std::unique_ptr<Comm> c(new Comm());
+  c->rank_ = rank;
+  c->nranks_ = nranks;
+  c->name_ = configName(config);
+  c->secret_ = id.secret;
+  LOOM_TRY(c->initNet(config));
+  PeerInfo& me = c->peers_[rank];
+  me.hostId = localHostId();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  me.hostName = host;
+  me.pid = getpid();
+  Deadline deadline(c->timeoutMs_);
+  LOOM_ASSIGN(c->bootstrap_, Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));
+  for (int r = 0; r < nranks; ++r) {
+    LOOM_ASSIGN(c->peers_[r], PeerInfo::deserialize(c->bootstrap_->blob(r)));
+  }
+  c->computeLocality();
+  int local = c->localRanks_;
+  net::Properties props;
+  (void)c->net_->getProperties(0, &props);
+  LOOM_INFO(kSubInit, "comm {}rank {} of {} ready: {} ranks on this host, network {} via {}",
+            c->name_.empty() ? "" : c->name_ + " ", rank, nranks, local, c->net_->name(), props.name);
+  return c;
+}
+
+Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t* config) {
+  // Every member learns (color, key, rank, new bootstrap listener, new transport handle) of every
+  // rank through this comm's bootstrap, then the members of each color join a new ring.
+  struct Record {
+    int32_t color, key, oldRank, addrLen;
+    sockaddr_storage addr;
+    uint32_t blobLen;
+    char blob[1024];
+  };
+  uint64_t seq = static_cast<uint64_t>(splitCount_++);
+  uint64_t newSecret = mixSecret(secret_, seq, static_cast<uint64_t>(static_cast<int64_t>(color)));
+  std::unique_ptr<Comm> nc;
+  std::unique_ptr<Bootstrap> nb;
+  Record mine{};
+  mine.color = color;
+  mine.key = key;
+  mine.oldRank = rank_;
+  if (color != LOOM_SPLIT_NOCOLOR) {
+    nc.reset(new Comm());
+    nc->name_ = configName(config);
+    nc->secret_ = newSecret;
+    nc->rank_ = 0;
+    nc->nranks_ = 1;
+    LOOM_TRY(nc->initNet(config));
+    LOOM_ASSIGN(nb, Bootstrap::prepare(newSecret));
+    PeerInfo me = peers_[rank_];
+    me.netHandle = nc->peers_[0].netHandle;
+    std::string blob = me.serialize();
+    if (blob.size() > sizeof(mine.blob)) return LOOM_ERROR(kInternal, "split: peer info too large");
+    mine.addrLen = static_cast<int32_t>(nb->listenAddress().len);
+    mine.addr = nb->listenAddress().ss;
+    mine.blobLen = static_cast<uint32_t>(blob.size());
+    std::memcpy(mine.blob, blob.data(), blob.size());
+  }
+  std::vector<Record> all(nranks_);
+  Deadline deadline(timeoutMs_);
+  LOOM_TRY(bootstrap_->allGather(&mine, sizeof(Record), all.data(), deadline)
+               .withContext("loomCommSplit exchanging colors"));
+  if (color == LOOM_SPLIT_NOCOLOR) return std::unique_ptr<Comm>();
+  std::vector<const Record*> members;
+  for (const auto& r : all)
+    if (r.color == color) members.push_back(&r);
+  std::stable_sort(members.begin(), members.end(), [](const Record* a, const Record* b) {
+    return a->key != b->key ? a->key < b->key : a->oldRank < b->oldRank;
+  });
+  int newRank = -1;
+  std::vector<Bootstrap::Member> ms;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->oldRank == rank_) newRank = static_cast<int>(i);
+    Bootstrap::Member m;
+    m.listener.ss = members[i]->addr;
+    m.listener.len = static_cast<socklen_t>(members[i]->addrLen);
+    m.blob.assign(members[i]->blob, members[i]->blobLen);
+    ms.push_back(std::move(m));
+  }
+  nc->rank_ = newRank;
+  nc->nranks_ = static_cast<int>(members.size());
+  nc->peers_.assign(nc->nranks_, PeerInfo());
+  for (int r = 0; r < nc->nranks_; ++r) {
+    LOOM_ASSIGN(nc->peers_[r], PeerInfo::deserialize(ms[r].blob));
+  }
+  LOOM_TRY(nb->joinRing(newRank, std::move(ms), Deadline(nc->timeoutMs_), &nc->abort_)
+               .withContext("loomCommSplit joining the new communicator"));
+  nc->bootstrap_ = std::move(nb);
+  nc->computeLocality();
+  LOOM_INFO(kSubInit, "split color {} key {}: rank {} of {} (was rank {} of {})", color, key,
+            newRank, nc->nranks_, rank_, nranks_);
+  return nc;
+}
+
+void Comm::computeLocality() {
+  localRanks_ = 0;
+  for (const auto& p : peers_) localRanks_ += p.hostId == peers_[rank_].hostId;
+  if (params::kSpinCount.isSet()) {
+    spinCount_ = static_cast<int>(params::kSpinCount.asInt());
+  } else {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    spinCount_ = localRanks_ <= cores ? 2000 : 20;
+  }
+}
+
+std::string Comm::describe(int r) const {
+  if (r < 0 || r >= static_cast<int>(peers_.size())) return fmt::format("rank {}", r);
+  const PeerInfo& p = peers_[r];
+  return fmt::format("rank {} (host {}, pid {})", r, p.hostName, p.pid);
+}
+
+std::string Comm::deadPeers() const {
+  std::string dead;
+  const std::string& myHost = peers_[rank_].hostId;
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[r];
+    if (r == rank_ || p.hostId != myHost || p.pid <= 0 || p.pid == getpid()) continue;
+    bool gone = kill(p.pid, 0) != 0 && errno == ESRCH;
+    if (!gone) {  // a zombie (dead, not yet reaped by its parent) counts as dead
+      std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      size_t close = text.rfind(") ");
+      gone = close != std::string::npos && close + 2 < text.size() &&
+             (text[close + 2] == 'Z' || text[close + 2] == 'X');
+    }
+    if (gone) dead += (dead.empty() ? "" : ", ") + describe(r);
+  }
+  return dead.empty() ? dead : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
+}
+
+Result<void*> Comm::sendConn(int peer, int channel) {
+  Connection& c = send_[{peer, channel}];
+  if (c.ready) {
+    if (c.helloReq) {
+      int done = 0;
+      Status st = net_->test(c.helloReq, &done, nullptr);
+      if (!st.isOk()) {
+        c.helloReq = nullptr;
+        return st.withContext("sending hello to " + describe(peer));
+      }
+      if (done) c.helloReq = nullptr;
+    }
+    return c.comm;
+  }
+  if (!c.comm) {
+    LOOM_TRY(net_->connect(0, peers_[peer].netHandle, &c.comm).withContext("connecting to " + describe(peer)));
+    if (!c.comm) return static_cast<void*>(nullptr);
+    LOOM_TRACE(kSubNet, "connected to {} channel {}", describe(peer), channel);
+  }
+  fillHello(c.hello, rank_, channel, secret_);
+  void* req = nullptr;
+  LOOM_TRY(net_->isend(c.comm, c.hello, kHelloBytes, kHelloTag, nullptr, &req));
+  if (!req) return static_cast<void*>(nullptr);
+  c.helloReq = req;
+  c.ready = true;
+  return c.comm;
+}
+
+Status Comm::acceptPending() {
+  while (true) {
+    void* rc = nullptr;
+    LOOM_TRY(net_->accept(listenComm_, &rc).withContext("accepting a connection"));
+    if (!rc) break;
+    auto p = std::make_unique<Pending>();
+    p->comm = rc;
+    p->req = nullptr;
+    pendingAccepts_.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < pendingAccepts_.size();) {
+    Pending& p = *pendingAccepts_[i];
+    bool drop = false;
+    if (!p.req) {
+      void* buf = p.hello;
+      size_t size = kHelloBytes;
+      int tag = kHelloTag;
+      Status st = net_->irecv(p.comm, 1, &buf, &size, &tag, nullptr, &p.req);
+      if (!st.isOk()) drop = true;
+    }
+    if (!drop && p.req) {
+      int done = 0;
+      size_t got = 0;
+      Status st = net_->test(p.req, &done, &got);
+      if (!st.isOk()) {
+        LOOM_WARN("dropping an incoming connection that failed before identifying itself: {}", st.message());
+        drop = true;
+      } else if (done) {
+        uint32_t magic, r, ch;
+        uint64_t secret;
+        std::memcpy(&magic, p.hello, 4);
+        std::memcpy(&r, p.hello + 4, 4);
+        std::memcpy(&ch, p.hello + 8, 4);
+        std::memcpy(&secret, p.hello + 16, 8);
+        if (got != kHelloBytes || magic != kHelloMagic || secret != secret_ ||
+            static_cast<int>(r) >= nranks_ || recv_.count({static_cast<int>(r), static_cast<int>(ch)})) {
+          LOOM_WARN("dropping an incoming connection with a bad hello (not a rank of this communicator)");
+          drop = true;
+        } else {
+          Connection& c = recv_[{static_cast<int>(r), static_cast<int>(ch)}];
+          c.comm = p.comm;
+          c.ready = true;
+          LOOM_TRACE(kSubNet, "accepted {} channel {}", describe(static_cast<int>(r)), ch);
+          pendingAccepts_.erase(pendingAccepts_.begin() + i);
+          continue;
+        }
+      }
+    }
+    if (drop) {
+      (void)net_->closeRecv(p.comm);
+      pendingAccepts_.erase(pendingAccepts_.begin() + i);
+      continue;
+    }
+    ++i;
+  }
+  return Status();
+}
+
+Result<void*> Comm::recvConn(int peer, int channel) {
+  auto it = recv_.find({peer, channel});
+  if (it != recv_.end() && it->second.ready) return it->second.comm;
+  LOOM_TRY(acceptPending());
+  it = recv_.find({peer, channel});
+  if (it != recv_.end() && it->second.ready) return it->second.comm;
+  return static_cast<void*>(nullptr);
+}
+
+void Comm::closeConnections() {
+  if (!net_) return;
+  for (auto& [k, c] : send_)
+    if (c.comm) (void)net_->closeSend(c.comm);
+  for (auto& [k, c] : recv_)
+    if (c.comm) (void)net_->closeRecv(c.comm);
+  for (auto& p : pendingAccepts_) (void)net_->closeRecv(p->comm);
+  send_.clear();
+  recv_.clear();
+  pendingAccepts_.clear();
+}
+
+void Comm::fail(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lk(errMu_);
+    if (error_.isOk()) error_ = st;
+  }
+  failed_.store(true, std::memory_order_release);
+  closeConnections();
+  if (bootstrap_) bootstrap_->abort();
+}
+
+Status Comm::asyncError() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status();
+  std::lock_guard<std::mutex> lk(errMu_);
+  return error_;
+}
+
+void Comm::requestAbort() {
+  abort_.store(true, std::memory_order_release);
+  if (bootstrap_) bootstrap_->abort();
+}
+
+char* Comm::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    scratchMem_.reset(new char[bytes + 64]);
+    scratchAligned_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratchMem_.get()) + 63) & ~uintptr_t(63));
+    scratchBytes_ = bytes;
+  }
+  return scratchAligned_;
+}
+
+}  // namespace loom

@@ -1,0 +1,139 @@
+// The communicator: a rank's view of its peers, its bootstrap, its network connections and the
+// state that makes every failure visible (async error, abort flag).
+//
+// Thread safety: one thread drives a communicator at a time (the public API's rule); abort() and
+// asyncError() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/status.h"
+#include "transports/net.h"
+
+namespace loom {
+
+class PlanCache;
+
+// What each rank tells the others at init (through the bootstrap).
+struct PeerInfo {
+  std::string hostId;  // ranks with equal hostId share a host
+  std::string hostName;
+  int pid = 0;
+  net::Handle netHandle{};  // the rank's transport listener
+
+  std::string serialize() const;
+  static Result<PeerInfo> deserialize(const std::string& blob);
+};
+
+// This process's host identity: LOOM_HOSTID, else hostname plus the kernel boot id.
+std::string localHostId();
+
+// One direction of one (peer, channel) connection.
+struct Connection {
+  void* comm = nullptr;      // transport sendComm / recvComm
+  bool ready = false;        // send side: hello posted; recv side: hello received
+  void* helloReq = nullptr;  // send side: the hello's request until it completes
+  unsigned char hello[24] = {};
+};
+
+class Comm {
+ public:
+  ~Comm();
+
+  // Collective init over nranks ranks through the rendezvous named by id.
+  static Result<std::unique_ptr<Comm>> create(const UniqueIdInfo& id, int nranks, int rank,
+                                              const loomConfig_t* config);
+  // Collective over this comm: the communicator of the ranks with the same color (nullptr for
+  // LOOM_SPLIT_NOCOLOR).
+  Result<std::unique_ptr<Comm>> split(int color, int key, const loomConfig_t* config);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const PeerInfo& peer(int r) const { return peers_[r]; }
+  const std::string& name() const { return name_; }
+  int64_t timeoutMs() const { return timeoutMs_; }
+  net::Transport* transport() const { return net_; }
+  PlanCache& plans() { return *plans_; }
+
+  // Nonblocking connection setup, driven by the executor. Returns the transport comm once the
+  // connection is usable, nullptr while it is being established.
+  Result<void*> sendConn(int peer, int channel);
+  Result<void*> recvConn(int peer, int channel);
+  void* listenComm() const { return listenComm_; }
+  // Describes a rank for error messages: "rank 3 (host h1, pid 1234)".
+  std::string describe(int r) const;
+  // Ranks known to be dead (processes on this host that no longer exist), as a sentence for
+  // error messages ("" if none is known): when a connection breaks, the rank that closed it may
+  // only be reporting another rank's death.
+  std::string deadPeers() const;
+
+  // Marks the communicator failed with st (first error wins) and closes its connections so that
+  // peers blocked on it fail promptly instead of waiting for their deadline.
+  void fail(const Status& st);
+  Status asyncError() const;
+  bool aborted() const { return abort_.load(std::memory_order_acquire); }
+  const std::atomic<bool>* abortFlag() const { return &abort_; }
+  // Sets the abort flag and wakes blocked calls; safe from any thread.
+  void requestAbort();
+
+  // Scratch memory reused across calls (64-byte aligned).
+  char* scratch(size_t bytes);
+
+  // Calls currently running on this comm (abort waits for them to leave).
+  std::atomic<int> activeCalls{0};
+  uint64_t nextOpSeq() { return opSeq_++; }
+  // Ranks (threads or processes) of this communicator on this host.
+  int localRanks() const { return localRanks_; }
+  // Progress-loop polls without progress before sleeping: LOOM_SPIN_COUNT, or automatic: spin
+  // while this host has a core per local rank, sleep almost at once when it is oversubscribed.
+  int spinCount() const { return spinCount_; }
+
+ private:
+  Comm() = default;
+  Status initNet(const loomConfig_t* config);
+  Status acceptPending();
+  void closeConnections();
+
+  int rank_ = 0;
+  int nranks_ = 0;
+  std::string name_;
+  int64_t timeoutMs_ = 0;
+  uint64_t secret_ = 0;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  net::Transport* net_ = nullptr;
+  void* listenComm_ = nullptr;
+  std::map<std::pair<int, int>, Connection> send_, recv_;
+  struct Pending {
+    void* comm;
+    void* req;
+    unsigned char hello[24];
+  };
+  std::vector<std::unique_ptr<Pending>> pendingAccepts_;  // accepted, hello not yet read
+  std::unique_ptr<PlanCache> plans_;
+  std::atomic<bool> abort_{false};
+  mutable std::mutex errMu_;
+  Status error_;
+  std::atomic<bool> failed_{false};
+  uint64_t opSeq_ = 0;
+  std::unique_ptr<char[]> scratchMem_;
+  char* scratchAligned_ = nullptr;
+  size_t scratchBytes_ = 0;
+  int splitCount_ = 0;
+  int localRanks_ = 1;
+  int spinCount_ = 0;
+  void computeLocality();
+};
+
+// The process-wide network transport used for collectives (the socket transport for now).
+net::Transport* defaultTransport();
+
+}  // namespace loom

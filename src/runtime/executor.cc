@@ -1,0 +1,488 @@
+#include "src/runtime/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "src/core/clock.h"
+#include "src/core/dtype.h"
+#include "src/core/log.h"
+#include "src/core/params.h"
+#include "src/reduce/reduce.h"
+#include "src/runtime/comm.h"
+
+namespace loom {
+
+namespace {
+
+constexpr size_t kPlanCacheSize = 64;
+constexpr int kP2pTag = 0x7fff0001;
+
+// The tag every message of an operation carries: a hash of what all ranks must agree on. A rank
+// that runs a different collective, count, datatype, op or root sends frames whose tag matches
+// no posted receive, and the transport reports it instead of corrupting memory.
+int opTag(const OpArgs& op) {
+  if (op.coll == CollKind::kSendRecv) return kP2pTag;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(static_cast<uint64_t>(op.coll));
+  mix(op.count);
+  mix(static_cast<uint64_t>(op.dtype));
+  bool reduces = op.coll == CollKind::kAllReduce || op.coll == CollKind::kReduce ||
+                 op.coll == CollKind::kReduceScatter;
+  mix(reduces ? static_cast<uint64_t>(op.op) : 0);
+  bool rooted = op.coll == CollKind::kBroadcast || op.coll == CollKind::kReduce;
+  mix(rooted ? static_cast<uint64_t>(op.root) : 0);
+  return static_cast<int>((h ^ (h >> 32)) & 0x3fffffff);
+}
+
+std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo) {
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", static_cast<int>(op.coll), op.count,
+                     dataTypeSize(op.dtype), op.root, op.peer, op.isSend, op.inPlace, pieceElems,
+                     algo);
+}
+
+Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int nranks,
+                                               size_t pieceElems) {
+  auto plan = std::make_shared<LoweredPlan>();
+  CollArgs& a = plan->args;
+  a.coll = op.coll;
+  a.nranks = nranks;
+  a.count = op.count;
+  a.root = op.root;
+  a.inPlace = op.inPlace;
+  RankSchedule rs;
+  if (op.coll == CollKind::kSendRecv) {
+    plan->algorithm = "p2p";
+    Step s;
+    s.kind = op.isSend ? StepKind::kSend : StepKind::kRecv;
+    s.peer = op.peer;
+    s.src = {BufKind::kInput, 0};
+    s.dst = {BufKind::kOutput, 0};
+    s.count = op.count;
+    if (op.count > 0) rs.steps.push_back(s);
+    plan->layout.inputCount = op.isSend ? op.count : 0;
+    plan->layout.outputCount = op.isSend ? 0 : op.count;
+  } else {
+    const AlgorithmInfo* algo = defaultAlgorithm(op.coll);
+    if (!algo) return LOOM_ERROR(kInternal, "no algorithm registered for {}", collName(op.coll));
+    plan->algorithm = algo->name;
+    rs = algo->generate(a, rank);
+    plan->layout = bufferLayout(a, rank);
+  }
+  plan->lowered = lowerSchedule(rs, plan->layout, pieceElems);
+  const auto& pieces = plan->lowered.pieces;
+  size_t n = pieces.size();
+  plan->depCount.resize(n);
+  std::vector<uint32_t> outDegree(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    plan->depCount[i] = static_cast<uint32_t>(pieces[i].deps.size());
+    for (uint32_t d : pieces[i].deps) {
+      if (d >= i) return LOOM_ERROR(kInternal, "piece {} depends on later piece {}", i, d);
+      ++outDegree[d];
+    }
+    const Step& s = pieces[i].step;
+    auto touches = [&](BufKind b) {
+      bool readsSrc = s.kind == StepKind::kSend || s.kind == StepKind::kRecvReduce ||
+                      s.kind == StepKind::kCopy || s.kind == StepKind::kReduce;
+      bool usesDst = s.kind != StepKind::kSend;
+      return (readsSrc && s.src.buf == b) || (usesDst && s.dst.buf == b);
+    };
+    plan->touchesInput |= touches(BufKind::kInput);
+    plan->touchesOutput |= touches(BufKind::kOutput);
+  }
+  plan->dependentsStart.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) plan->dependentsStart[i + 1] = plan->dependentsStart[i] + outDegree[i];
+  plan->dependents.resize(plan->dependentsStart[n]);
+  std::vector<uint32_t> fill(plan->dependentsStart.begin(), plan->dependentsStart.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t d : pieces[i].deps) plan->dependents[fill[d]++] = static_cast<uint32_t>(i);
+  return plan;
+}
+
+enum class PieceState : uint8_t { kWaiting, kPosted, kDone };
+
+// One operation being executed.
+struct Run {
+  Comm* comm = nullptr;
+  OpArgs args;
+  std::shared_ptr<const LoweredPlan> plan;
+  size_t elemSize = 0;
+  int tag = 0;
+  char* base[3] = {nullptr, nullptr, nullptr};  // indexed by BufKind
+  char* staging = nullptr;
+  std::vector<uint32_t> remaining;  // unmet deps per piece
+  std::vector<PieceState> state;
+  std::vector<uint32_t> readyLocal;  // local pieces whose deps are met
+  size_t done = 0;
+
+  char* ptr(const BufRef& r) const { return base[static_cast<int>(r.buf)] + r.offset * elemSize; }
+};
+
+struct InFlight {
+  Run* run;
+  uint32_t piece;
+  void* request;
+  int peer;
+};
+
+using QueueKey = std::tuple<int, int, bool>;  // peer, channel, isSend
+
+// Per-communicator state of one executeOps call.
+struct CommRun {
+  Comm* comm = nullptr;
+  std::map<QueueKey, std::deque<std::pair<Run*, uint32_t>>> queues;
+  std::vector<InFlight> inflight;
+  Status error;
+  bool finished = false;
+  size_t pendingRuns = 0;
+};
+
+bool isNet(StepKind k) {
+  return k == StepKind::kSend || k == StepKind::kRecv || k == StepKind::kRecvReduce;
+}
+
+std::string pieceWhat(const Run& run, uint32_t p) {
+  const Step& s = run.plan->lowered.pieces[p].step;
+  return fmt::format("{} {} of {} elements {} rank {}", collName(run.args.coll),
+                     stepKindName(s.kind), s.count, s.kind == StepKind::kSend ? "to" : "from",
+                     s.peer);
+}
+
+class Executor {
+ public:
+  explicit Executor(const std::vector<QueuedOp>& ops) : ops_(ops) {}
+
+  Status run() {
+    LOOM_TRY(setup());
+    int64_t timeoutMs = 0;
+    for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
+    int64_t lastProgress = nowNs();
+    int idle = 0;
+    int spin = 0;
+    for (auto& cr : commRuns_) spin = std::max(spin, cr.comm->spinCount());
+    while (true) {
+      bool all = true, progressed = false;
+      for (auto& cr : commRuns_) {
+        if (cr.finished) continue;
+        bool p = false;
+        Status st = step(cr, &p);
+        if (!st.isOk()) finishWithError(cr, st);
+        progressed |= p;
+        if (!cr.finished) all = false;
+      }
+      if (all) break;
+      if (progressed) {
+        lastProgress = nowNs();
+        idle = 0;
+        continue;
+      }
+      if (timeoutMs > 0 && nowNs() - lastProgress > timeoutMs * 1000000) {
+        for (auto& cr : commRuns_)
+          if (!cr.finished) finishWithError(cr, timeoutError(cr, timeoutMs));
+        break;
+      }
+      if (++idle > spin) wait();
+    }
+    for (auto& cr : commRuns_)
+      if (!cr.error.isOk()) return cr.error;
+    return Status();
+  }
+
+ private:
+  Status setup() {
+    runs_.reserve(ops_.size());
+    std::map<Comm*, size_t> commIndex;
+    for (const auto& q : ops_) {
+      if (!commIndex.count(q.comm)) {
+        commIndex[q.comm] = commRuns_.size();
+        CommRun cr;
+        cr.comm = q.comm;
+        commRuns_.push_back(std::move(cr));
+      }
+    }
+    // Plans first, so that each comm's scratch can be sized for all its runs at once.
+    std::vector<size_t> scratchNeed(commRuns_.size(), 0);
+    runs_.resize(ops_.size());
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      Run& r = runs_[i];
+      r.comm = ops_[i].comm;
+      r.args = ops_[i].args;
+      r.elemSize = dataTypeSize(r.args.dtype);
+      size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
+      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
+      r.tag = opTag(r.args);
+      scratchNeed[commIndex[r.comm]] += scratchBytesOf(r);
+    }
+    std::vector<size_t> scratchUsed(commRuns_.size(), 0);
+    std::vector<char*> scratchBase(commRuns_.size());
+    for (size_t c = 0; c < commRuns_.size(); ++c)
+      scratchBase[c] = scratchNeed[c] ? commRuns_[c].comm->scratch(scratchNeed[c]) : nullptr;
+    for (auto& r : runs_) {
+      size_t c = commIndex[r.comm];
+      char* mem = scratchBase[c] + scratchUsed[c];
+      scratchUsed[c] += scratchBytesOf(r);
+      bind(r, mem);
+      CommRun& cr = commRuns_[c];
+      size_t n = r.plan->lowered.pieces.size();
+      r.remaining = r.plan->depCount;
+      r.state.assign(n, PieceState::kWaiting);
+      for (uint32_t p = 0; p < n; ++p) {
+        const Step& s = r.plan->lowered.pieces[p].step;
+        if (isNet(s.kind)) {
+          cr.queues[QueueKey(s.peer, s.channel, s.kind == StepKind::kSend)].emplace_back(&r, p);
+        } else if (r.remaining[p] == 0) {
+          r.readyLocal.push_back(p);
+        }
+      }
+      ++cr.pendingRuns;
+    }
+    for (auto& cr : commRuns_)
+      if (cr.pendingRuns == 0) cr.finished = true;
+    for (auto& r : runs_)
+      if (r.plan->lowered.pieces.empty()) finishRun(r);
+    return Status();
+  }
+
+  static size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
+
+  size_t scratchBytesOf(const Run& r) const {
+    const auto& lw = r.plan->lowered;
+    size_t bytes = align64(lw.scratchCount * r.elemSize) + align64(lw.stagingCount * r.elemSize);
+    // A NULL buffer that the API allows (non-root Reduce output, non-root Broadcast input) gets a
+    // harmless stand-in so that no schedule can dereference it.
+    if (!r.args.recvbuff && r.plan->touchesOutput) bytes += align64(r.plan->layout.outputCount * r.elemSize);
+    if (!r.args.sendbuff && r.plan->touchesInput) bytes += align64(r.plan->layout.inputCount * r.elemSize);
+    return bytes;
+  }
+
+  void bind(Run& r, char* mem) {
+    const auto& lw = r.plan->lowered;
+    r.base[static_cast<int>(BufKind::kInput)] = const_cast<char*>(static_cast<const char*>(r.args.sendbuff));
+    r.base[static_cast<int>(BufKind::kOutput)] = static_cast<char*>(r.args.recvbuff);
+    r.base[static_cast<int>(BufKind::kScratch)] = mem;
+    mem += align64(lw.scratchCount * r.elemSize);
+    r.staging = mem;
+    mem += align64(lw.stagingCount * r.elemSize);
+    if (!r.args.recvbuff && r.plan->touchesOutput) {
+      r.base[static_cast<int>(BufKind::kOutput)] = mem;
+      mem += align64(r.plan->layout.outputCount * r.elemSize);
+    }
+    if (!r.args.sendbuff && r.plan->touchesInput) {
+      r.base[static_cast<int>(BufKind::kInput)] = mem;
+      std::memset(mem, 0, r.plan->layout.inputCount * r.elemSize);
+    }
+  }
+
+  // One pass over a communicator: post what can be posted, run local pieces, test requests.
+  Status step(CommRun& cr, bool* progressed) {
+    Comm* comm = cr.comm;
+    if (comm->aborted()) return LOOM_ERROR(kAborted, "communicator aborted (loomCommAbort)");
+    Status async = comm->asyncError();
+    if (!async.isOk()) return async;
+    // Post the head of each (peer, channel, direction) queue while its dependencies are met.
+    for (auto& [key, q] : cr.queues) {
+      while (!q.empty()) {
+        auto [run, p] = q.front();
+        if (run->remaining[p] != 0) break;
+        const Piece& pc = run->plan->lowered.pieces[p];
+        const Step& s = pc.step;
+        void* req = nullptr;
+        size_t bytes = s.count * run->elemSize;
+        if (s.kind == StepKind::kSend) {
+          LOOM_ASSIGN(void* sc, comm->sendConn(s.peer, s.channel));
+          if (!sc) break;
+          Status st = comm->transport()->isend(sc, run->ptr(s.src), bytes, run->tag, nullptr, &req);
+          if (!st.isOk()) return peerError(*run, p, st);
+        } else {
+          LOOM_ASSIGN(void* rc, comm->recvConn(s.peer, s.channel));
+          if (!rc) break;
+          void* dst = s.kind == StepKind::kRecv ? run->ptr(s.dst)
+                                                : run->staging + pc.stagingOffset * run->elemSize;
+          int tag = run->tag;
+          Status st = comm->transport()->irecv(rc, 1, &dst, &bytes, &tag, nullptr, &req);
+          if (!st.isOk()) return peerError(*run, p, st);
+        }
+        if (!req) break;  // transport full: retry on the next pass
+        run->state[p] = PieceState::kPosted;
+        cr.inflight.push_back({run, p, req, s.peer});
+        q.pop_front();
+        *progressed = true;
+      }
+    }
+    // Local pieces.
+    for (auto& r : runs_) {
+      if (r.comm != comm) continue;
+      while (!r.readyLocal.empty()) {
+        uint32_t p = r.readyLocal.back();
+        r.readyLocal.pop_back();
+        const Step& s = r.plan->lowered.pieces[p].step;
+        if (s.kind == StepKind::kCopy) {
+          std::memmove(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize);
+        } else {
+          reduceBuffers(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count, r.args.dtype,
+                        r.args.op == loomAvg ? loomSum : r.args.op);
+        }
+        complete(r, p);
+        *progressed = true;
+      }
+    }
+    // Test requests in flight.
+    for (size_t i = 0; i < cr.inflight.size();) {
+      InFlight& f = cr.inflight[i];
+      int done = 0;
+      size_t got = 0;
+      Status st = comm->transport()->test(f.request, &done, &got);
+      if (!st.isOk()) {
+        cr.inflight.erase(cr.inflight.begin() + i);
+        return peerError(*f.run, f.piece, st);
+      }
+      if (!done) {
+        ++i;
+        continue;
+      }
+      Run& r = *f.run;
+      uint32_t p = f.piece;
+      cr.inflight.erase(cr.inflight.begin() + i);
+      const Piece& pc = r.plan->lowered.pieces[p];
+      const Step& s = pc.step;
+      if (s.kind != StepKind::kSend) {
+        size_t want = s.count * r.elemSize;
+        if (got != want)
+          return LOOM_ERROR(kRemote,
+                            "{}: {} sent {} bytes where this rank expected {}: the ranks called "
+                            "with different counts or datatypes",
+                            collName(r.args.coll), comm->describe(s.peer), got, want);
+        if (s.kind == StepKind::kRecvReduce)
+          reduceBuffers(r.ptr(s.dst), r.ptr(s.src), r.staging + pc.stagingOffset * r.elemSize,
+                        s.count, r.args.dtype, r.args.op == loomAvg ? loomSum : r.args.op);
+      }
+      complete(r, p);
+      *progressed = true;
+    }
+    if (cr.pendingRuns == 0 && cr.inflight.empty()) cr.finished = true;
+    return Status();
+  }
+
+  void complete(Run& r, uint32_t p) {
+    r.state[p] = PieceState::kDone;
+    const auto& plan = *r.plan;
+    for (uint32_t k = plan.dependentsStart[p]; k < plan.dependentsStart[p + 1]; ++k) {
+      uint32_t d = plan.dependents[k];
+      if (--r.remaining[d] == 0 && !isNet(plan.lowered.pieces[d].step.kind)) r.readyLocal.push_back(d);
+    }
+    if (++r.done == plan.lowered.pieces.size()) finishRun(r);
+  }
+
+  void finishRun(Run& r) {
+    if (r.args.op == loomAvg && r.comm->nranks() > 1) {
+      bool reduces = r.args.coll == CollKind::kAllReduce || r.args.coll == CollKind::kReduceScatter ||
+                     (r.args.coll == CollKind::kReduce && r.args.root == r.comm->rank());
+      if (reduces) {
+        size_t n = r.plan->layout.outputCount;
+        finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype, r.comm->nranks());
+      }
+    }
+    for (auto& cr : commRuns_)
+      if (cr.comm == r.comm) {
+        --cr.pendingRuns;
+        if (cr.pendingRuns == 0 && cr.inflight.empty()) cr.finished = true;
+      }
+  }
+
+  Status peerError(const Run& r, uint32_t p, const Status& st) {
+    const Step& s = r.plan->lowered.pieces[p].step;
+    std::string hint;
+    const std::string& m = st.message();
+    if (m.find("closed") != std::string::npos || m.find("reset") != std::string::npos) {
+      std::string dead = r.comm->deadPeers();
+      hint = dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
+    }
+    else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
+      hint = " (the ranks called different collectives, or with different counts, datatypes, ops "
+             "or roots)";
+    return Status(st.code() == Code::kAborted ? Code::kAborted : Code::kRemote,
+                  fmt::format("{}: {} {}: {}{}", collName(r.args.coll),
+                              s.kind == StepKind::kSend ? "sending to" : "receiving from",
+                              r.comm->describe(s.peer), m, hint));
+  }
+
+  Status timeoutError(const CommRun& cr, int64_t timeoutMs) {
+    std::string waiting;
+    int shown = 0;
+    for (const auto& f : cr.inflight) {
+      if (shown++ == 3) break;
+      waiting += "; " + pieceWhat(*f.run, f.piece);
+    }
+    for (const auto& [key, q] : cr.queues) {
+      if (q.empty() || shown++ >= 4) continue;
+      waiting += "; not yet posted: " + pieceWhat(*q.front().first, q.front().second);
+    }
+    return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT){}", timeoutMs / 1000, waiting);
+  }
+
+  void finishWithError(CommRun& cr, const Status& st) {
+    cr.error = st;
+    cr.finished = true;
+    cr.comm->fail(st);
+  }
+
+  void wait() {
+    std::vector<void*> reqs;
+    void* listen = nullptr;
+    net::Transport* t = nullptr;
+    for (auto& cr : commRuns_) {
+      if (cr.finished) continue;
+      t = cr.comm->transport();
+      for (auto& f : cr.inflight) reqs.push_back(f.request);
+      if (!listen) listen = cr.comm->listenComm();
+    }
+    if (t) t->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen, 2);
+  }
+
+  const std::vector<QueuedOp>& ops_;
+  std::vector<Run> runs_;
+  std::vector<CommRun> commRuns_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int rank, int nranks,
+                                                          size_t pieceBytes) {
+  size_t es = dataTypeSize(op.dtype);
+  size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
+  std::string algo = op.coll == CollKind::kSendRecv ? "p2p" : "default";
+  std::string key = planKey(op, pieceElems, algo);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan, buildPlan(op, rank, nranks, pieceElems));
+  LOOM_INFO(kSubPlan, "{} count {} {} {}: algorithm {}, {} pieces, staging {} elements",
+            collName(op.coll), op.count, dataTypeName(op.dtype), op.inPlace ? "in place" : "out of place",
+            plan->algorithm, plan->lowered.pieces.size(), plan->lowered.stagingCount);
+  std::lock_guard<std::mutex> lk(mu_);
+  lru_.emplace_front(key, plan);
+  index_[key] = lru_.begin();
+  if (lru_.size() > kPlanCacheSize) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return std::shared_ptr<const LoweredPlan>(plan);
+}
+
+Status executeOps(const std::vector<QueuedOp>& ops) {
+  if (ops.empty()) return Status();
+  Executor ex(ops);
+  return ex.run();
+}
+
+}  // namespace loom

@@ -1,0 +1,72 @@
+// The executor: runs lowered schedules (pieces with dependencies) over the network transport. It
+// knows no algorithm by name. Several operations, on one or several communicators, run together
+// in one progress loop (a group); on each communicator they are posted in issue order, so sends
+// and receives between two ranks match in the order the user issued them.
+#pragma once
+
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "loom/loom.h"
+#include "src/core/status.h"
+
+namespace loom {
+
+class Comm;
+
+// One operation as the user issued it (already validated).
+struct OpArgs {
+  CollKind coll = CollKind::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;
+  loomDataType_t dtype = loomFloat32;
+  loomRedOp_t op = loomSum;
+  int root = 0;
+  int peer = -1;       // kSendRecv: the peer
+  bool isSend = false; // kSendRecv: send (true) or receive
+  bool inPlace = false;
+};
+
+// A lowered schedule with its dependency graph in CSR form, shared by every call with the same
+// shape. Immutable once built.
+struct LoweredPlan {
+  CollArgs args;
+  std::string algorithm;
+  BufferLayout layout;
+  LoweredSchedule lowered;
+  std::vector<uint32_t> depCount;         // per piece: number of deps
+  std::vector<uint32_t> dependentsStart;  // CSR: dependents of piece i are
+  std::vector<uint32_t> dependents;       //   dependents[dependentsStart[i] .. [i+1])
+  bool touchesOutput = false;
+  bool touchesInput = false;
+};
+
+// Per-communicator cache of lowered plans (LRU).
+class PlanCache {
+ public:
+  Result<std::shared_ptr<const LoweredPlan>> get(const OpArgs& op, int rank, int nranks,
+                                                 size_t pieceBytes);
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<const LoweredPlan>>> lru_;
+  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
+};
+
+struct QueuedOp {
+  Comm* comm = nullptr;
+  OpArgs args;
+};
+
+// Runs the ops to completion (or failure, abort, or LOOM_TIMEOUT without progress). On failure the
+// communicator involved is marked failed (Comm::fail) and the first error is returned.
+Status executeOps(const std::vector<QueuedOp>& ops);
+
+}  // namespace loom

@@ -1,0 +1,142 @@
+// Every registered generator, verified over rank counts, counts, in place or not, and roots.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/schedule.h"
+
+namespace loom {
+namespace {
+
+bool isRooted(CollKind c) { return c == CollKind::kBroadcast || c == CollKind::kReduce; }
+
+std::vector<size_t> countsFor(int n) {
+  std::set<size_t> s = {0,
+                        1,
+                        static_cast<size_t>(n - 1),
+                        static_cast<size_t>(n),
+                        static_cast<size_t>(n + 1),
+                        static_cast<size_t>(3 * n + 1),
+                        1000};
+  return std::vector<size_t>(s.begin(), s.end());
+}
+
+std::vector<int> rootsFor(CollKind c, int n) {
+  if (!isRooted(c)) return {0};
+  std::set<int> s = {0, n - 1, n / 2};
+  return std::vector<int>(s.begin(), s.end());
+}
+
+void verifyAll(const AlgorithmInfo& algo, int n) {
+  for (size_t count : countsFor(n)) {
+    for (bool inPlace : {false, true}) {
+      for (int root : rootsFor(algo.coll, n)) {
+        CollArgs a;
+        a.coll = algo.coll;
+        a.nranks = n;
+        a.count = count;
+        a.root = root;
+        a.inPlace = inPlace;
+        const Schedule s = buildSchedule(algo, a);
+        const Status st = verifySchedule(s);
+        ASSERT_TRUE(st.isOk()) << st.message();
+        if (count == 0) {
+          for (const RankSchedule& rs : s.ranks) EXPECT_TRUE(rs.steps.empty());
+        }
+      }
+    }
+  }
+}
+
+// One shard per (algorithm, range of 16 rank counts), so that ctest can run them in parallel.
+constexpr int kShardRanks = 16;
+class GeneratorTest : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
+
+TEST_P(GeneratorTest, VerifiesForAllRankCounts) {
+  const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
+  const int first = std::get<1>(GetParam()) * kShardRanks + 1;
+  for (int n = first; n < first + kShardRanks; ++n) {
+    SCOPED_TRACE(::testing::Message() << algo.name << " " << collName(algo.coll) << " n=" << n);
+    verifyAll(algo, n);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, GeneratorTest,
+                         ::testing::Combine(::testing::Range(size_t{0}, algorithms().size()),
+                                            ::testing::Range(0, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<size_t, int>>& p) {
+                           const AlgorithmInfo& a = algorithms()[std::get<0>(p.param)];
+                           const int first = std::get<1>(p.param) * kShardRanks + 1;
+                           return std::string(collName(a.coll)) + "_" + a.name + "_n" +
+                                  std::to_string(first) + "to" +
+                                  std::to_string(first + kShardRanks - 1);
+                         });
+
+TEST(RingAllReduce, LargeRankCounts) {
+  const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, "ring");
+  ASSERT_NE(algo, nullptr);
+  for (int n : {65, 100, 127, 128}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    verifyAll(*algo, n);
+  }
+}
+
+TEST(RingAllReduce, VerificationIsFast) {
+  CollArgs a;
+  a.nranks = 64;
+  a.count = 3 * 64 + 1;
+  const Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kAllReduce), a);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = verifySchedule(s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_LT(secs, 0.5);
+}
+
+// Shape checks: the ring allreduce does 2(n-1) sends per rank (non-empty blocks), the chain
+// broadcast sends once per non-last rank, reduce never writes a non-root output.
+TEST(RingAllReduce, StepCounts) {
+  CollArgs a;
+  a.nranks = 8;
+  a.count = 80;
+  const Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kAllReduce), a);
+  for (const RankSchedule& rs : s.ranks) {
+    int sends = 0, recvs = 0;
+    for (const Step& st : rs.steps) {
+      sends += st.kind == StepKind::kSend;
+      recvs += st.kind == StepKind::kRecv || st.kind == StepKind::kRecvReduce;
+      if (st.kind != StepKind::kCopy) {
+        EXPECT_EQ(st.count, 10u);
+      }
+    }
+    EXPECT_EQ(sends, 14);
+    EXPECT_EQ(recvs, 14);
+  }
+}
+
+TEST(ChainReduce, NonRootOutputUntouched) {
+  CollArgs a;
+  a.coll = CollKind::kReduce;
+  a.nranks = 5;
+  a.count = 9;
+  a.root = 2;
+  for (bool inPlace : {false, true}) {
+    a.inPlace = inPlace;
+    const Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kReduce), a);
+    for (int r = 0; r < a.nranks; ++r) {
+      if (r == a.root) continue;
+      for (const Step& st : s.ranks[r].steps) {
+        if (st.kind == StepKind::kSend) continue;
+        EXPECT_EQ(st.dst.buf, BufKind::kScratch);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,357 @@
+// Every collective x datatype x op x rank count x in/out of place x count, with ranks as threads
+// and as processes, over the socket transport; plus bad input, rank failure, abort, split, groups.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "src/bootstrap/bootstrap.h"
+#include "tests/collectives/harness.h"
+#include "tests/collectives/workers.h"
+#include "transports/socket/socket_util.h"
+
+namespace loomtest {
+namespace {
+
+const std::vector<loomRedOp_t> kAllOps = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    // Small pieces so that modest counts are several pieces long; bounded waits everywhere.
+    setParam("LOOM_CHUNK_SIZE", "4K");
+    setParam("LOOM_TIMEOUT", "60");
+  }
+};
+const auto* kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+// Thread-rank communicators, created once per size and shared by the matrix tests.
+ThreadRanks& ranksOf(int n) {
+  static std::map<int, std::unique_ptr<ThreadRanks>> cache;
+  auto& p = cache[n];
+  if (!p) p = std::make_unique<ThreadRanks>(n);
+  return *p;
+}
+
+std::string runMatrix(ThreadRanks& tr, const std::vector<Case>& cases) {
+  return tr.run([&](int rank, loomComm_t comm) {
+    std::string first;
+    for (const auto& c : cases) {
+      std::string e = runCase(comm, rank, tr.size(), c);
+      if (!e.empty() && first.empty()) first = e;
+      // A Loom error leaves the communicator unusable: stop; a wrong value does not.
+      if (!e.empty() && e.find("expected") == std::string::npos) break;
+    }
+    return first;
+  });
+}
+
+class ThreadMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
+
+TEST_P(ThreadMatrix, EveryDatatypeOpCountAndPlacement) {
+  auto [n, coll] = GetParam();
+  ThreadRanks& tr = ranksOf(n);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  auto cases = matrix(coll, n, standardCounts(n), kAllOps);
+  ASSERT_FALSE(cases.empty());
+  EXPECT_EQ(runMatrix(tr, cases), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, ThreadMatrix,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::ValuesIn(allColls())),
+    [](const auto& p) {
+      return std::string(collName(std::get<1>(p.param))) + "_" +
+             std::to_string(std::get<0>(p.param)) + "ranks";
+    });
+
+class ProcessMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
+
+TEST_P(ProcessMatrix, EveryDatatypeOpCountAndPlacement) {
+  auto [n, coll] = GetParam();
+  WorkerResult res = runWorkers(n, std::string("matrix:") + collName(coll), {});
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, ProcessMatrix,
+    ::testing::Combine(::testing::Values(2, 3, 5), ::testing::ValuesIn(allColls())),
+    [](const auto& p) {
+      return std::string(collName(std::get<1>(p.param))) + "_" +
+             std::to_string(std::get<0>(p.param)) + "ranks";
+    });
+
+// Large messages: many pieces, every collective, over a few rank counts.
+TEST(Collectives, LargeMessages) {
+  for (int n : {2, 3}) {
+    ThreadRanks& tr = ranksOf(n);
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    std::vector<Case> cases;
+    for (Coll c : allColls())
+      for (bool inPlace : {false, true}) {
+        if (c == Coll::kSendRecv && inPlace) continue;
+        cases.push_back({c, loomFloat32, loomSum, (size_t(1) << 20) + 3, inPlace, n - 1});
+        cases.push_back({c, loomBfloat16, loomMax, (size_t(1) << 19) + 1, inPlace, 0});
+      }
+    EXPECT_EQ(runMatrix(tr, cases), "") << n << " ranks";
+  }
+}
+
+// ---- Bad input ---------------------------------------------------------------------------------
+
+TEST(BadInput, RejectedWithClearErrors) {
+  ThreadRanks& tr = ranksOf(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  std::vector<float> a(64), b(64);
+  auto expectError = [&](loomResult_t got, loomResult_t want, const char* text) {
+    EXPECT_EQ(got, want) << text;
+    EXPECT_NE(std::string(loomGetLastError()).find(text), std::string::npos)
+        << "message '" << loomGetLastError() << "' should mention '" << text << "'";
+  };
+  expectError(loomAllReduce(nullptr, b.data(), 4, loomFloat32, loomSum, comm, nullptr),
+              loomInvalidArgument, "sendbuff is NULL");
+  expectError(loomAllReduce(a.data(), nullptr, 4, loomFloat32, loomSum, comm, nullptr),
+              loomInvalidArgument, "recvbuff is NULL");
+  expectError(loomAllReduce(a.data(), b.data(), 4, static_cast<loomDataType_t>(42), loomSum, comm, nullptr),
+              loomInvalidArgument, "unknown datatype 42");
+  expectError(loomAllReduce(a.data(), b.data(), 4, loomFloat32, static_cast<loomRedOp_t>(-3), comm, nullptr),
+              loomInvalidArgument, "unknown reduction op -3");
+  expectError(loomBroadcast(a.data(), b.data(), 4, loomFloat32, 1, comm, nullptr), loomInvalidArgument,
+              "root 1 is out of range");
+  expectError(loomReduce(a.data(), b.data(), 4, loomFloat32, loomSum, -1, comm, nullptr),
+              loomInvalidArgument, "root -1 is out of range");
+  expectError(loomSend(a.data(), 4, loomFloat32, 5, comm, nullptr), loomInvalidArgument,
+              "peer 5 is out of range");
+  expectError(loomAllReduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, loomFloat32, loomSum,
+                            comm, nullptr),
+              loomInvalidArgument, "not aligned");
+  expectError(loomAllReduce(a.data(), a.data() + 2, 8, loomFloat32, loomSum, comm, nullptr),
+              loomInvalidArgument, "overlap");
+  int fakeStream = 0;
+  expectError(loomAllReduce(a.data(), b.data(), 4, loomFloat32, loomSum, comm, &fakeStream),
+              loomInvalidArgument, "stream");
+  expectError(loomAllReduce(a.data(), b.data(), 4, loomFloat32, loomSum, nullptr, nullptr),
+              loomInvalidArgument, "comm is NULL");
+  expectError(loomGroupEnd(), loomInvalidUsage, "without loomGroupStart");
+  int count = 0;
+  expectError(loomCommCount(comm, nullptr), loomInvalidArgument, "count is NULL");
+  EXPECT_EQ(loomCommCount(comm, &count), loomSuccess);
+  EXPECT_EQ(count, 1);
+  loomComm_t bad = nullptr;
+  loomUniqueId id{};
+  expectError(loomCommInitRank(&bad, 0, id, 0), loomInvalidArgument, "nranks 0");
+  expectError(loomCommInitRank(&bad, 2, id, 2), loomInvalidArgument, "rank 2 is out of range");
+  expectError(loomCommInitRank(&bad, 1, id, 0), loomInvalidArgument, "id");
+  loomConfig_t cfg{};
+  expectError(loomCommInitRankConfig(&bad, 1, id, 0, &cfg), loomInvalidArgument, "LOOM_CONFIG_INITIALIZER");
+  // Zero counts with NULL buffers are fine, as in NCCL.
+  EXPECT_EQ(loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, comm, nullptr), loomSuccess);
+  // The communicator still works after rejected calls.
+  EXPECT_EQ(runCase(comm, 0, 1, {Coll::kAllReduce, loomInt32, loomSum, 17, false, 0}), "");
+}
+
+TEST(BadInput, CountsThatDifferFailOnEveryRank) {
+  for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kBroadcast}) {
+    ThreadRanks tr(3);
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+      size_t count = rank == 1 ? 1005 : 1000;
+      std::vector<float> a(3 * 1010, 1.0f), b(3 * 1010);
+      loomResult_t r = loomSuccess;
+      if (coll == Coll::kAllReduce) r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+      if (coll == Coll::kAllGather) r = loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr);
+      if (coll == Coll::kBroadcast) r = loomBroadcast(a.data(), b.data(), count, loomFloat32, 0, comm, nullptr);
+      // A rank whose own part of the exchange matched may finish; its next call must then fail.
+      if (r == loomSuccess)
+        r = loomAllReduce(a.data(), b.data(), 10, loomFloat32, loomSum, comm, nullptr);
+      if (r == loomSuccess) return "rank " + std::to_string(rank) + " did not fail";
+      loomResult_t async = loomSuccess;
+      loomCommGetAsyncError(comm, &async);
+      if (async == loomSuccess) return "rank " + std::to_string(rank) + ": async error not set";
+      return "";
+    });
+    EXPECT_EQ(all, "") << collName(coll);
+  }
+}
+
+TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess) << loomGetLastError();
+  auto info = loom::unpackUniqueId(id);
+  ASSERT_TRUE(info.isOk()) << info.status().message();
+  loom::Deadline dl(5000);
+  // One sends garbage, one connects and says nothing, one sends a partial header and closes.
+  auto garbage = loom::connectWithRetry(info.value().root, dl);
+  ASSERT_TRUE(garbage.isOk());
+  const char junk[] = "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+  ASSERT_TRUE(loom::sendAll(garbage.value().get(), junk, sizeof(junk), dl).isOk());
+  auto silent = loom::connectWithRetry(info.value().root, dl);
+  ASSERT_TRUE(silent.isOk());
+  {
+    auto partial = loom::connectWithRetry(info.value().root, dl);
+    ASSERT_TRUE(partial.isOk());
+    ASSERT_TRUE(loom::sendAll(partial.value().get(), junk, 3, dl).isOk());
+  }
+  const int n = 3;
+  std::vector<loomComm_t> comms(n, nullptr);
+  std::vector<loomResult_t> res(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] { res[r] = loomCommInitRank(&comms[r], n, id, r); });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(res[r], loomSuccess) << "rank " << r;
+  ts.clear();
+  std::vector<std::string> errs(n);
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] { errs[r] = runCase(comms[r], r, n, {Coll::kAllReduce, loomInt64, loomSum, 100, false, 0}); });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errs[r], "");
+  for (auto c : comms) loomCommDestroy(c);
+}
+
+// ---- Failures, abort, timeouts -----------------------------------------------------------------
+
+TEST(Failure, KilledRankIsNamedBySurvivors) {
+  WorkerResult res = runWorkers(3, "kill:2", {{"LOOM_TIMEOUT", "30"}});
+  EXPECT_TRUE(res.killedBySignal(2)) << res.describe(2);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+}
+
+TEST(Failure, AbortWakesABlockedCall) {
+  ThreadRanks tr(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  std::atomic<bool> started{false};
+  loomResult_t got = loomSuccess;
+  std::string msg;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread blocked([&] {
+    std::vector<float> buf(16);
+    started = true;
+    got = loomRecv(buf.data(), 16, loomFloat32, 1, tr.comm(0), nullptr);  // rank 1 never sends
+    msg = loomGetLastError();
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(loomCommAbort(tr.comm(0)), loomSuccess);
+  tr.release(0);
+  blocked.join();
+  EXPECT_EQ(got, loomAborted) << msg;
+  // Well under LOOM_TIMEOUT (60 s): the abort, not the deadline, ended the call.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+TEST(Failure, DeadlinePassesWithATimeoutError) {
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
+  std::vector<loomComm_t> comms(2, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+      cfg.timeoutMs = 1500;
+      EXPECT_EQ(loomCommInitRankConfig(&comms[r], 2, id, r, &cfg), loomSuccess) << loomGetLastError();
+    });
+  for (auto& t : ts) t.join();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::vector<float> buf(16);
+  EXPECT_EQ(loomRecv(buf.data(), 16, loomFloat32, 1, comms[0], nullptr), loomTimeout);
+  EXPECT_NE(std::string(loomGetLastError()).find("rank 1"), std::string::npos) << loomGetLastError();
+  for (auto c : comms) loomCommDestroy(c);
+}
+
+// ---- Communicator management and groups ----------------------------------------------------------
+
+TEST(Comm, SplitByParity) {
+  ThreadRanks tr(5);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    loomComm_t sub = nullptr;
+    int color = rank == 4 ? LOOM_SPLIT_NOCOLOR : rank % 2;
+    if (loomCommSplit(comm, color, -rank, &sub, nullptr) != loomSuccess) return loomGetLastError();
+    if (color == LOOM_SPLIT_NOCOLOR) return sub == nullptr ? "" : "NOCOLOR gave a communicator";
+    int n = 0, me = -1;
+    loomCommCount(sub, &n);
+    loomCommUserRank(sub, &me);
+    int wantN = 2;  // {0, 2} and {1, 3}
+    int wantMe = (rank == 0 || rank == 1) ? 1 : 0;  // key = -rank: higher old rank first
+    std::string err;
+    if (n != wantN || me != wantMe)
+      err = "rank " + std::to_string(rank) + " got " + std::to_string(me) + "/" + std::to_string(n);
+    if (err.empty()) err = runCase(sub, me, n, {Coll::kAllReduce, loomInt32, loomSum, 1001, false, 0});
+    loomCommDestroy(sub);
+    return err;
+  });
+  EXPECT_EQ(all, "");
+}
+
+TEST(Group, OneThreadDrivesEveryRank) {
+  const int n = 4;
+  std::vector<loomComm_t> comms(n);
+  ASSERT_EQ(loomCommInitAll(comms.data(), n, nullptr), loomSuccess) << loomGetLastError();
+  const size_t count = 10007;
+  std::vector<std::vector<int64_t>> in(n, std::vector<int64_t>(count)), out(n, std::vector<int64_t>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<int64_t>(i) * (r + 1);
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(loomAllReduce(in[r].data(), out[r].data(), count, loomInt64, loomSum, comms[r], nullptr), loomSuccess);
+  ASSERT_EQ(loomGroupEnd(), loomSuccess) << loomGetLastError();
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[r][i], static_cast<int64_t>(i) * 10) << r << " " << i;
+  for (auto c : comms) loomCommDestroy(c);
+}
+
+TEST(Group, SendRecvToEveryPeerAtOnce) {
+  ThreadRanks& tr = ranksOf(5);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    const int n = tr.size();
+    const size_t count = 5000;
+    std::vector<std::vector<int32_t>> send(n, std::vector<int32_t>(count)), recv(n, std::vector<int32_t>(count, -1));
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i) send[p][i] = rank * 100000 + p * 1000 + static_cast<int32_t>(i % 1000);
+    loomGroupStart();
+    for (int p = 0; p < n; ++p) {
+      loomSend(send[p].data(), count, loomInt32, p, comm, nullptr);
+      loomRecv(recv[p].data(), count, loomInt32, p, comm, nullptr);
+    }
+    if (loomGroupEnd() != loomSuccess) return loomGetLastError();
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i)
+        if (recv[p][i] != p * 100000 + rank * 1000 + static_cast<int32_t>(i % 1000))
+          return "rank " + std::to_string(rank) + " wrong data from " + std::to_string(p);
+    return "";
+  });
+  EXPECT_EQ(all, "");
+}
+
+TEST(Group, ErrorsNameTheCall) {
+  ThreadRanks& tr = ranksOf(1);
+  ASSERT_TRUE(tr.ok());
+  EXPECT_EQ(loomGetErrorString(loomSuccess), std::string("no error"));
+  EXPECT_STRNE(loomGetErrorString(loomRemoteError), loomGetErrorString(loomSystemError));
+  EXPECT_EQ(loomAllGather(nullptr, nullptr, 3, loomInt8, tr.comm(0), nullptr), loomInvalidArgument);
+  EXPECT_EQ(std::string(loomGetLastError()).rfind("loomAllGather", 0), 0u) << loomGetLastError();
+  int v = 0;
+  EXPECT_EQ(loomGetVersion(&v), loomSuccess);
+  EXPECT_EQ(v, LOOM_VERSION_CODE);
+}
+
+}  // namespace
+}  // namespace loomtest
+
+int main(int argc, char** argv) {
+  if (getenv("LOOM_TEST_WORKER")) return loomtest::workerMain();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,199 @@
+#include "tests/collectives/workers.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "loom/loom.h"
+#include "tests/collectives/harness.h"
+
+extern char** environ;
+
+namespace loomtest {
+
+namespace {
+
+std::string toHex(const void* p, size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char c = static_cast<const unsigned char*>(p)[i];
+    s += k[c >> 4];
+    s += k[c & 15];
+  }
+  return s;
+}
+
+bool fromHex(const std::string& s, void* out, size_t n) {
+  if (s.size() != 2 * n) return false;
+  auto val = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(val(s[2 * i]) << 4 | val(s[2 * i + 1]));
+  return true;
+}
+
+}  // namespace
+
+bool WorkerResult::exitedWith(int rank, int code) const {
+  int st = status[rank];
+  return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == code;
+}
+
+bool WorkerResult::killedBySignal(int rank) const {
+  int st = status[rank];
+  return st != -1 && WIFSIGNALED(st);
+}
+
+std::string WorkerResult::describe(int rank) const {
+  int st = status[rank];
+  std::string s = st == -1 ? "not collected" : WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                                             : "signal " + std::to_string(WTERMSIG(st));
+  return s + "; output: " + output[rank];
+}
+
+WorkerResult runWorkers(int n, const std::string& mode,
+                        const std::vector<std::pair<std::string, std::string>>& env) {
+  WorkerResult res;
+  res.status.assign(n, -1);
+  res.output.assign(n, "");
+  loomUniqueId id;
+  if (loomGetUniqueId(&id) != loomSuccess) {
+    for (auto& o : res.output) o = std::string("loomGetUniqueId failed: ") + loomGetLastError();
+    return res;
+  }
+  std::string idHex = toHex(&id, sizeof(id));
+  std::vector<pid_t> pids(n, -1);
+  std::vector<int> fds(n, -1);
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> vars;
+    for (char** e = environ; *e; ++e) vars.emplace_back(*e);
+    vars.push_back("LOOM_TEST_WORKER=" + mode);
+    vars.push_back("LOOM_TEST_RANK=" + std::to_string(r));
+    vars.push_back("LOOM_TEST_NRANKS=" + std::to_string(n));
+    vars.push_back("LOOM_TEST_ID=" + idHex);
+    for (auto& [k, v] : env) vars.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& v : vars) envp.push_back(v.data());
+    envp.push_back(nullptr);
+    char exe[] = "/proc/self/exe";
+    char* argv[] = {exe, nullptr};
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) break;
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(p[1], 2);
+      execve(exe, argv, envp.data());
+      _exit(127);
+    }
+    close(p[1]);
+    pids[r] = pid;
+    fds[r] = p[0];
+    fcntl(fds[r], F_SETFL, O_NONBLOCK);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      char buf[4096];
+      ssize_t k;
+      while (fds[r] >= 0 && (k = read(fds[r], buf, sizeof(buf))) > 0) res.output[r].append(buf, k);
+      if (pids[r] > 0 && res.status[r] == -1) {
+        int st;
+        if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+          res.status[r] = st;
+          --left;
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r)
+        if (res.status[r] == -1 && pids[r] > 0) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], &res.status[r], 0);
+          res.output[r] += " [killed by the test after 240 s]";
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < n; ++r) {
+    char buf[4096];
+    ssize_t k;
+    while (fds[r] >= 0 && (k = read(fds[r], buf, sizeof(buf))) > 0) res.output[r].append(buf, k);
+    if (fds[r] >= 0) close(fds[r]);
+  }
+  return res;
+}
+
+namespace {
+
+int killMode(loomComm_t comm, int rank, int victim) {
+  const size_t count = size_t(4) << 20;
+  std::vector<float> a(count, 1.0f), b(count);
+  for (int it = 0; it < 50; ++it) {
+    if (rank == victim && it == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        raise(SIGKILL);
+      }).detach();
+    }
+    loomResult_t r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+    if (r != loomSuccess) {
+      std::string msg = loomGetLastError();
+      fprintf(stderr, "rank %d: %s: %s\n", rank, loomGetErrorString(r), msg.c_str());
+      return msg.find("rank " + std::to_string(victim)) != std::string::npos ? 0 : 3;
+    }
+  }
+  fprintf(stderr, "rank %d: every allreduce succeeded although rank %d was killed\n", rank, victim);
+  return 2;
+}
+
+}  // namespace
+
+int workerMain() {
+  std::string mode = getenv("LOOM_TEST_WORKER");
+  int rank = atoi(getenv("LOOM_TEST_RANK"));
+  int n = atoi(getenv("LOOM_TEST_NRANKS"));
+  loomUniqueId id;
+  if (!fromHex(getenv("LOOM_TEST_ID"), &id, sizeof(id))) {
+    fprintf(stderr, "bad LOOM_TEST_ID\n");
+    return 10;
+  }
+  loomComm_t comm = nullptr;
+  if (loomCommInitRank(&comm, n, id, rank) != loomSuccess) {
+    fprintf(stderr, "rank %d: init failed: %s\n", rank, loomGetLastError());
+    return 11;
+  }
+  int rc = 0;
+  if (mode.rfind("matrix:", 0) == 0) {
+    std::string collText = mode.substr(7);
+    for (Coll c : allColls()) {
+      if (collText != collName(c)) continue;
+      for (const auto& cs : matrix(c, n, standardCounts(n), {loomSum, loomProd, loomMax, loomMin, loomAvg})) {
+        std::string e = runCase(comm, rank, n, cs);
+        if (!e.empty()) {
+          fprintf(stderr, "%s\n", e.c_str());
+          rc = 1;
+          if (e.find("expected") == std::string::npos) break;
+        }
+      }
+    }
+  } else if (mode.rfind("kill:", 0) == 0) {
+    rc = killMode(comm, rank, atoi(mode.c_str() + 5));
+  } else {
+    fprintf(stderr, "unknown worker mode %s\n", mode.c_str());
+    rc = 12;
+  }
+  loomCommDestroy(comm);
+  return rc;
+}
+
+}  // namespace loomtest

@@ -1,0 +1,26 @@
+// Ranks as processes: the collectives test binary re-executes itself as worker processes.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loomtest {
+
+struct WorkerResult {
+  std::vector<int> status;  // waitpid status per rank (-1: not collected)
+  std::vector<std::string> output;  // stderr of each rank
+  bool exitedWith(int rank, int code) const;
+  bool killedBySignal(int rank) const;
+  std::string describe(int rank) const;
+};
+
+// Starts n workers running `mode` (LOOM_TEST_WORKER), with extra environment variables, on a
+// fresh unique id made by this process; waits for all of them (killing all after 240 s).
+WorkerResult runWorkers(int n, const std::string& mode,
+                        const std::vector<std::pair<std::string, std::string>>& env);
+
+// Entry point of a worker process.
+int workerMain();
+
+}  // namespace loomtest

@@ -1,0 +1,193 @@
+// Helpers for the socket-transport tests: environment overrides, connection setup alternating
+// connect and accept in one thread (the NCCL pattern), and bounded request driving.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/core/clock.h"
+#include "src/core/params.h"
+#include "transports/net.h"
+#include "transports/socket/socket_transport.h"
+#include "transports/socket/socket_util.h"
+#include "transports/socket/socket_wire.h"
+
+namespace loom {
+namespace testing_util {
+
+// Every wait in these tests is bounded by this.
+constexpr int64_t kTestDeadlineMs = 120000;
+
+// Sets environment variables for its lifetime, then restores them; reloads the parameters.
+class ScopedEnv {
+ public:
+  ScopedEnv() = default;
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& kv : vars) set(kv.first, kv.second);
+  }
+  void set(const std::string& name, const std::string& value) {
+    if (!saved_.count(name)) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+    ::setenv(name.c_str(), value.c_str(), 1);
+    reloadParams();
+  }
+  ~ScopedEnv() {
+    for (const auto& kv : saved_) {
+      if (kv.second)
+        ::setenv(kv.first.c_str(), kv.second->c_str(), 1);
+      else
+        ::unsetenv(kv.first.c_str());
+    }
+    reloadParams();
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// Deterministic content: byte k of message `seed`.
+inline void fillPattern(void* buf, size_t size, uint64_t seed) {
+  auto* p = static_cast<unsigned char*>(buf);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  size_t k = 0;
+  for (; k + 8 <= size; k += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(p + k, &x, 8);
+  }
+  for (; k < size; ++k) p[k] = static_cast<unsigned char>(seed + k);
+}
+
+// Index of the first byte that differs from the pattern, or -1.
+inline int64_t checkPattern(const void* buf, size_t size, uint64_t seed) {
+  std::vector<unsigned char> want(size);
+  fillPattern(want.data(), size, seed);
+  const auto* p = static_cast<const unsigned char*>(buf);
+  for (size_t k = 0; k < size; ++k)
+    if (p[k] != want[k]) return static_cast<int64_t>(k);
+  return -1;
+}
+
+struct Pair {
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+// Connects dev to a fresh listener on dev, alternating connect and accept in this thread.
+inline Status connectPair(net::Transport* t, int dev, Pair* out, void** listenOut = nullptr) {
+  net::Handle handle;
+  void* listen = nullptr;
+  LOOM_TRY(t->listen(dev, &handle, &listen));
+  Deadline deadline(kTestDeadlineMs);
+  Status st;
+  while (out->send == nullptr || out->recv == nullptr) {
+    if (out->send == nullptr) {
+      st = t->connect(dev, handle, &out->send);
+      if (!st.isOk()) break;
+    }
+    if (out->recv == nullptr) {
+      st = t->accept(listen, &out->recv);
+      if (!st.isOk()) break;
+    }
+    if (deadline.expired()) {
+      st = LOOM_ERROR(kTimeout, "test: connection not established in time");
+      break;
+    }
+  }
+  if (listenOut && st.isOk())
+    *listenOut = listen;
+  else
+    (void)t->closeListen(listen);
+  return st;
+}
+
+inline void closePair(net::Transport* t, Pair* p) {
+  if (p->send) {
+    EXPECT_TRUE(t->closeSend(p->send).isOk());
+  }
+  if (p->recv) {
+    EXPECT_TRUE(t->closeRecv(p->recv).isOk());
+  }
+  p->send = p->recv = nullptr;
+}
+
+// A posted request and, once tested to completion, its outcome.
+struct Req {
+  void* handle = nullptr;
+  bool finished = false;
+  Status status;
+  size_t sizes[net::kSocketMaxRecvs] = {};
+};
+
+// Tests every unfinished request round-robin until all have finished (done or error) or the
+// deadline passes (then returns false). Sleeps in waitActivity when nothing moved.
+inline bool drive(net::Transport* t, std::vector<Req*> reqs, int64_t timeoutMs = kTestDeadlineMs) {
+  Deadline deadline(timeoutMs);
+  while (true) {
+    bool all = true, progressed = false;
+    std::vector<void*> waiting;
+    for (Req* r : reqs) {
+      if (r->finished) continue;
+      int done = 0;
+      r->status = t->test(r->handle, &done, r->sizes);
+      if (!r->status.isOk() || done) {
+        r->finished = true;
+        progressed = true;
+      } else {
+        all = false;
+        waiting.push_back(r->handle);
+      }
+    }
+    if (all) return true;
+    if (deadline.expired()) return false;
+    if (!progressed) t->waitActivity(waiting.data(), static_cast<int>(waiting.size()), nullptr, 1);
+  }
+}
+
+// Posts, retrying while the transport says "not now" (null request), driving `others` meanwhile.
+template <typename PostFn>
+inline Status postRetry(net::Transport* t, PostFn&& post, void** request,
+                        std::vector<Req*> others = {}) {
+  Deadline deadline(kTestDeadlineMs);
+  while (true) {
+    LOOM_TRY(post(request));
+    if (*request != nullptr) return Status();
+    if (deadline.expired()) return LOOM_ERROR(kTimeout, "test: could not post");
+    for (Req* r : others) {
+      if (r->finished) continue;
+      int done = 0;
+      r->status = t->test(r->handle, &done, r->sizes);
+      if (!r->status.isOk() || done) r->finished = true;
+    }
+  }
+}
+
+// Address a listener's handle points at.
+inline SockAddr handleAddr(const net::Handle& h) {
+  net::SocketHandle sh;
+  std::memcpy(&sh, h.bytes, sizeof(sh));
+  SockAddr a;
+  std::memcpy(&a.ss, sh.addr, sh.addrLen);
+  a.len = sh.addrLen;
+  return a;
+}
+
+inline uint64_t handleSecret(const net::Handle& h) {
+  net::SocketHandle sh;
+  std::memcpy(&sh, h.bytes, sizeof(sh));
+  return sh.secret;
+}
+
+}  // namespace testing_util
+}  // namespace loom

@@ -1,0 +1,371 @@
+#include "tools/perf/bench.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/dtype.h"
+#include "src/core/status.h"
+#include "tools/perf/check.h"
+#include "tools/perf/collectives.h"
+#include "tools/perf/report.h"
+
+namespace loom {
+namespace perf {
+namespace {
+
+Status loomCall(loomResult_t res, const char* what) {
+  if (res == loomSuccess) return Status::ok();
+  return Status(static_cast<Code>(res), fmt::format("{} failed: {}: {}", what,
+                                                    loomGetErrorString(res), loomGetLastError()));
+}
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<char, FreeDeleter>;
+
+// Page-aligned and touched, so that the timed loop does not measure page faults.
+HostBuffer allocBuffer(size_t bytes) {
+  const size_t kPage = 4096;
+  size_t rounded = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  char* p = static_cast<char*>(std::aligned_alloc(kPage, rounded));
+  if (p) std::memset(p, 0, rounded);
+  return HostBuffer(p);
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  char* dot = std::strchr(buf, '.');  // nccl-tests prints the short name
+  if (dot) *dot = '\0';
+  return buf;
+}
+
+std::string cpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        size_t start = line.find_first_not_of(" \t", colon + 1);
+        if (start != std::string::npos) return line.substr(start) + ", host memory";
+      }
+    }
+  }
+  return "host memory";
+}
+
+// Exchanged with loomAllGather to print one line per rank, as nccl-tests gathers them over MPI.
+struct WireRankInfo {
+  int32_t rank;
+  int32_t pid;
+  char host[64];
+  char cpu[120];
+};
+
+class Bench {
+ public:
+  Bench(const Options& opts, const RankContext& ctx) : opts_(opts), ctx_(ctx) {}
+
+  int run() {
+    Status st = runAll();
+    if (rowOpen_) print("\n");
+    if (!st.isOk()) {
+      std::fprintf(stderr, "loom-perf: rank %d: %s\n", ctx_.rank, st.message().c_str());
+      std::fflush(stderr);
+      writeReport(st.message());
+      return usageError_ ? kExitUsage : kExitLoomError;
+    }
+    writeReport("");
+    return totalWrong_ > 0 ? kExitWrong : 0;
+  }
+
+ private:
+  Status runAll() {
+    const CollInfo& info = collInfo(opts_.coll);
+    std::vector<int> roots;
+    if (!info.hasRoot) {
+      roots.push_back(-1);
+    } else if (opts_.root == -1) {
+      for (int r = 0; r < ctx_.nranks; ++r) roots.push_back(r);
+    } else if (opts_.root >= ctx_.nranks) {
+      usageError_ = true;
+      return Status(Code::kInvalidArgument,
+                    fmt::format("root {} is out of range for {} ranks", opts_.root, ctx_.nranks));
+    } else {
+      roots.push_back(opts_.root);
+    }
+    std::vector<loomRedOp_t> ops = opts_.ops;
+    if (!info.hasOp) ops = {loomSum};  // printed as "none"
+
+    // Allocated like nccl-tests: maxbytes each; every size fits, with room to rotate offsets.
+    bufferBytes_ = opts_.maxBytes;
+    send_ = allocBuffer(bufferBytes_);
+    recv_ = allocBuffer(bufferBytes_);
+    small_ = allocBuffer(64);
+    if (!send_ || !recv_ || !small_)
+      return Status(Code::kSystem,
+                    fmt::format("cannot allocate 2 x {} bytes of host memory", bufferBytes_));
+
+    LOOM_TRY(gatherRanks());
+    print(formatHeader(opts_, ctx_.nranks, ranks_));
+    for (loomDataType_t type : opts_.types)
+      for (loomRedOp_t op : ops)
+        for (int root : roots) LOOM_TRY(timeTest(type, op, root, info.hasOp));
+
+    double avg = busBwCount_ ? busBwSum_ / busBwCount_ : 0;
+    print(formatFooter(totalWrong_, avg));
+    avgBusBw_ = avg;
+    return Status::ok();
+  }
+
+  Status gatherRanks() {
+    WireRankInfo mine{};
+    mine.rank = ctx_.rank;
+    mine.pid = static_cast<int32_t>(getpid());
+    std::snprintf(mine.host, sizeof(mine.host), "%s", hostName().c_str());
+    std::snprintf(mine.cpu, sizeof(mine.cpu), "%s", cpuModel().c_str());
+    std::vector<WireRankInfo> all(static_cast<size_t>(ctx_.nranks));
+    LOOM_TRY(loomCall(loomAllGather(&mine, all.data(), sizeof(mine), loomUint8, ctx_.comm, nullptr),
+                      "loomAllGather (rank information)"));
+    std::map<std::string, int> perHost;
+    for (const auto& w : all) {
+      RankInfo r;
+      r.rank = w.rank;
+      r.pid = w.pid;
+      r.host = std::string(w.host, strnlen(w.host, sizeof(w.host)));
+      r.cpu = std::string(w.cpu, strnlen(w.cpu, sizeof(w.cpu)));
+      r.device = perHost[r.host]++;
+      ranks_.push_back(r);
+    }
+    return Status::ok();
+  }
+
+  // The call of iteration iter: the offset rotates through the buffer as in nccl-tests.
+  CollCall makeCall(loomDataType_t type, loomRedOp_t op, int root, const CollCounts& c,
+                    bool inPlace, long iter) const {
+    const size_t el = dataTypeSize(type);
+    const size_t total = std::max(c.sendCount, c.recvCount) * el;
+    size_t steps = total ? bufferBytes_ / total : 1;
+    if (steps == 0) steps = 1;
+    const size_t shift = total * (static_cast<size_t>(iter) % steps);
+    char* send = send_.get() + shift;
+    char* recv = recv_.get() + shift;
+    const size_t rank = static_cast<size_t>(ctx_.rank);
+    if (inPlace) {
+      send = recv + rank * c.sendInplaceOffset * el;
+      recv = recv + rank * c.recvInplaceOffset * el;
+    }
+    return CollCall{opts_.coll, send, recv,      c.paramCount, type,
+                    op,         root, ctx_.rank, ctx_.nranks,  ctx_.comm};
+  }
+
+  Status issue(const CollCall& call) {
+    const char* what = "";
+    loomResult_t res = runColl(call, &what);
+    if (res == loomSuccess) return Status::ok();
+    return loomCall(res, what);
+  }
+
+  Status barrier() {
+    int32_t* v = reinterpret_cast<int32_t*>(small_.get());
+    v[0] = 0;
+    return loomCall(loomAllReduce(v, v, 1, loomInt32, loomSum, ctx_.comm, nullptr),
+                    "loomAllReduce (barrier)");
+  }
+
+  // Combines this rank's seconds per op across ranks as -a asks.
+  Status combineTime(double* sec) {
+    double* v = reinterpret_cast<double*>(small_.get());
+    *v = *sec;
+    switch (opts_.average) {
+      case 0:
+        LOOM_TRY(loomCall(loomBroadcast(v, v, 1, loomFloat64, 0, ctx_.comm, nullptr),
+                          "loomBroadcast (rank 0 time)"));
+        break;
+      case 1:
+        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomSum, ctx_.comm, nullptr),
+                          "loomAllReduce (mean time)"));
+        *v /= ctx_.nranks;
+        break;
+      case 2:
+        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMin, ctx_.comm, nullptr),
+                          "loomAllReduce (min time)"));
+        break;
+      default:
+        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMax, ctx_.comm, nullptr),
+                          "loomAllReduce (max time)"));
+        break;
+    }
+    *sec = *v;
+    return Status::ok();
+  }
+
+  Status sumAcrossRanks(int64_t* value) {
+    int64_t* v = reinterpret_cast<int64_t*>(small_.get());
+    *v = *value;
+    LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomInt64, loomSum, ctx_.comm, nullptr),
+                      "loomAllReduce (wrong-value count)"));
+    *value = *v;
+    return Status::ok();
+  }
+
+  Status timeTest(loomDataType_t type, loomRedOp_t op, int root, bool hasOp) {
+    const size_t el = dataTypeSize(type);
+    // Warm-up at the largest and the smallest size, out of place.
+    for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
+      CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+      for (int w = 0; w < opts_.warmupIters; ++w)
+        LOOM_TRY(issue(makeCall(type, op, root, c, false, w)).withContext("warm-up"));
+    }
+    Pattern pattern(opts_.coll, type, op, ctx_.nranks);
+    const std::vector<size_t> sizes = sweepSizes(opts_);
+    long repeat = opts_.runCycles;
+    int cycle = 0;
+    do {
+      for (size_t bytes : sizes) {
+        CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+        Row row;
+        row.cycle = cycle;
+        row.bytes = std::max(c.sendCount, c.recvCount) * el;
+        row.count = c.paramCount;
+        row.type = dataTypeName(type);
+        row.redop = hasOp ? redOpName(op) : "none";
+        row.root = root;
+        print(formatRowPrefix(row));
+        rowOpen_ = true;
+        for (bool inPlace : {false, true}) {
+          Measurement& m = inPlace ? row.inPlace : row.outOfPlace;
+          LOOM_TRY(benchTime(type, op, root, c, inPlace, pattern, &m)
+                       .withContext(fmt::format("{} {} {} root {} size {} {}", collName(opts_.coll),
+                                                row.type, row.redop, root, row.bytes,
+                                                inPlace ? "in-place" : "out-of-place")));
+          print(formatMeasurement(m));
+          busBwSum_ += m.busBw;
+          ++busBwCount_;
+        }
+        print("\n");
+        rowOpen_ = false;
+        rows_.push_back(row);
+      }
+      ++cycle;
+    } while (--repeat);
+    return Status::ok();
+  }
+
+  Status benchTime(loomDataType_t type, loomRedOp_t op, int root, const CollCounts& c, bool inPlace,
+                   const Pattern& pattern, Measurement* m) {
+    // One untimed op, then a barrier so that every rank starts the clock together.
+    LOOM_TRY(issue(makeCall(type, op, root, c, inPlace, 0)));
+    LOOM_TRY(barrier());
+
+    const int agg = opts_.aggIters;
+    auto start = std::chrono::steady_clock::now();
+    for (int iter = 0; iter < opts_.iters; ++iter) {
+      if (agg > 1) LOOM_TRY(loomCall(loomGroupStart(), "loomGroupStart"));
+      for (int a = 0; a < agg; ++a) {
+        Status st = issue(makeCall(type, op, root, c, inPlace, static_cast<long>(iter) * agg + a));
+        if (!st.isOk()) {
+          if (agg > 1) (void)loomGroupEnd();
+          return st;
+        }
+      }
+      if (agg > 1) LOOM_TRY(loomCall(loomGroupEnd(), "loomGroupEnd"));
+      if (opts_.blocking) LOOM_TRY(barrier());
+    }
+    std::chrono::duration<double> delta = std::chrono::steady_clock::now() - start;
+    double sec = delta.count() / (static_cast<double>(opts_.iters) * agg);
+    LOOM_TRY(combineTime(&sec));
+    m->timeUs = sec * 1.0e6;
+    collBandwidth(opts_.coll, c.paramCount, dataTypeSize(type), sec, ctx_.nranks, &m->algBw,
+                  &m->busBw);
+
+    // Send and receive buffers that overlap in one group are undefined in Loom's API (and racy in
+    // NCCL's): in-place sendrecv is timed, as nccl-tests times it, but not validated.
+    const bool checkable = !(inPlace && opts_.coll == CollKind::kSendRecv);
+    if (opts_.check > 0 && checkable) {
+      int64_t wrong = 0;
+      for (int rep = 0; rep < opts_.check; ++rep) {
+        CheckCall cc{makeCall(type, op, root, c, inPlace, 0), c};
+        fillInputs(cc, pattern);
+        LOOM_TRY(issue(cc.call));
+        std::string firstBad;
+        int64_t bad = checkOutputs(cc, pattern, &firstBad);
+        if (bad > 0 && reportedMismatches_ < kMaxMismatchReports) {
+          ++reportedMismatches_;
+          std::fprintf(stderr,
+                       "loom-perf: rank %d: %s %s %s root %d count %zu %s: %lld wrong values; "
+                       "first: %s\n",
+                       ctx_.rank, collName(opts_.coll), dataTypeName(type),
+                       collInfo(opts_.coll).hasOp ? redOpName(op) : "none", root, c.paramCount,
+                       inPlace ? "in-place" : "out-of-place", static_cast<long long>(bad),
+                       firstBad.c_str());
+        }
+        wrong += bad;
+      }
+      LOOM_TRY(sumAcrossRanks(&wrong));
+      m->wrong = wrong;
+      totalWrong_ += wrong;
+    }
+    return Status::ok();
+  }
+
+  void print(const std::string& text) {
+    if (ctx_.rank != 0) return;
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  void writeReport(const std::string& error) {
+    if (ctx_.rank != 0 || opts_.jsonFile.empty()) return;
+    JsonReport report;
+    report.opts = &opts_;
+    report.nranks = ctx_.nranks;
+    report.ranks = ranks_;
+    report.rows = rows_;
+    report.wrongValues = totalWrong_;
+    report.avgBusBw = avgBusBw_;
+    report.error = error;
+    std::string why;
+    if (!writeJson(opts_.jsonFile, report, &why))
+      std::fprintf(stderr, "loom-perf: -J: %s\n", why.c_str());
+  }
+
+  static constexpr int kMaxMismatchReports = 20;
+
+  const Options& opts_;
+  const RankContext ctx_;
+  HostBuffer send_, recv_, small_;
+  size_t bufferBytes_ = 0;
+  std::vector<RankInfo> ranks_;
+  std::vector<Row> rows_;
+  double busBwSum_ = 0;
+  long busBwCount_ = 0;
+  double avgBusBw_ = 0;
+  int64_t totalWrong_ = 0;
+  int reportedMismatches_ = 0;
+  bool rowOpen_ = false;
+  bool usageError_ = false;
+};
+
+}  // namespace
+
+int runBenchmarks(const Options& opts, const RankContext& ctx) {
+  Bench bench(opts, ctx);
+  return bench.run();
+}
+
+}  // namespace perf
+}  // namespace loom

@@ -1,0 +1,256 @@
+#include "tools/perf/launcher.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/core/params.h"
+
+extern char** environ;
+
+namespace loom {
+namespace perf {
+namespace {
+
+// Handed from the -np parent to each rank it spawns; internal to loom-perf.
+constexpr const char* kEnvRank = "LOOM_PERF_RANK";
+constexpr const char* kEnvNranks = "LOOM_PERF_NRANKS";
+constexpr const char* kEnvId = "LOOM_PERF_ID";
+
+std::string hexEncode(const void* data, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+bool hexDecode(const std::string& text, void* data, size_t n) {
+  if (text.size() != 2 * n) return false;
+  unsigned char* p = static_cast<unsigned char*>(data);
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    int hi = digit(text[2 * i]), lo = digit(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    p[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+bool parseInt(const char* text, int* out) {
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (*end != '\0') return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+Status loomCall(loomResult_t res, const char* what) {
+  if (res == loomSuccess) return Status::ok();
+  return Status(static_cast<Code>(res), fmt::format("{} failed: {}: {}", what,
+                                                    loomGetErrorString(res), loomGetLastError()));
+}
+
+// argv without -np N / -np=N / --np N / --np=N.
+std::vector<std::string> argsWithoutNp(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && (a == "-np" || a == "--np")) {
+      ++i;
+      continue;
+    }
+    if (i > 0 && (a.rfind("-np=", 0) == 0 || a.rfind("--np=", 0) == 0)) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+// Seconds a rank gets to fail by itself after another rank failed.
+int graceSeconds(const Options& opts) {
+  int64_t timeout = opts.timeoutSec > 0 ? opts.timeoutSec : params::kTimeout.asInt();
+  if (timeout <= 0) timeout = 30;  // LOOM_TIMEOUT=0 waits forever; we do not
+  return static_cast<int>(std::min<int64_t>(timeout, 3600)) + 5;
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                       strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+bool launchedByEnvironment() {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("WORLD_SIZE")) return true;
+  if (std::getenv("SLURM_NTASKS")) {
+    if (params::kCommId.isSet()) return true;
+    int ntasks = 0;
+    if (parseInt(std::getenv("SLURM_NTASKS"), &ntasks) && ntasks > 1)
+      std::fprintf(stderr,
+                   "loom-perf: note: SLURM_NTASKS=%d but LOOM_COMM_ID is not set; each process "
+                   "runs as a single rank (set LOOM_COMM_ID=host:port to join them)\n",
+                   ntasks);
+  }
+  return false;
+}
+
+}  // namespace
+
+bool isSpawnedRank() { return std::getenv(kEnvRank) != nullptr; }
+
+int spawnRanks(const Options& opts, int argc, char** argv) {
+  loomUniqueId id;
+  loomResult_t res = loomGetUniqueId(&id);
+  if (res != loomSuccess) {
+    std::fprintf(stderr, "loom-perf: loomGetUniqueId failed: %s: %s\n", loomGetErrorString(res),
+                 loomGetLastError());
+    return kExitLoomError;
+  }
+  const std::string idHex = hexEncode(&id, sizeof(id));
+
+  // Everything the children need is built before fork: the parent may have threads now.
+  std::vector<std::string> args = argsWithoutNp(argc, argv);
+  std::vector<char*> childArgv;
+  for (auto& a : args) childArgv.push_back(&a[0]);
+  childArgv.push_back(nullptr);
+  std::vector<std::string> baseEnv;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "LOOM_PERF_", 10) == 0) continue;
+    baseEnv.push_back(*e);
+  }
+  baseEnv.push_back(std::string(kEnvNranks) + "=" + std::to_string(opts.np));
+  baseEnv.push_back(std::string(kEnvId) + "=" + idHex);
+
+  const pid_t parent = getpid();
+  std::map<pid_t, int> alive;  // pid -> rank
+  int exitCode = 0;
+  bool failed = false;
+  for (int rank = 0; rank < opts.np && !failed; ++rank) {
+    std::vector<std::string> env = baseEnv;
+    env.push_back(std::string(kEnvRank) + "=" + std::to_string(rank));
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(&e[0]);
+    envp.push_back(nullptr);
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "loom-perf: fork for rank %d failed: %s\n", rank, std::strerror(errno));
+      exitCode = kExitLoomError;
+      failed = true;
+      break;
+    }
+    if (pid == 0) {
+      // A rank must not outlive the parent (ctest or the user may kill it).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(kExitLoomError);
+      execve("/proc/self/exe", childArgv.data(), envp.data());
+      const char msg[] = "loom-perf: execve(/proc/self/exe) failed\n";
+      ssize_t ignored = write(2, msg, sizeof(msg) - 1);
+      (void)ignored;
+      _exit(127);
+    }
+    alive[pid] = rank;
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const int grace = graceSeconds(opts);
+  Clock::time_point deadline = Clock::now() + std::chrono::seconds(grace);
+  int firstFailedRank = -1;
+  bool killed = false;
+  if (failed && !alive.empty()) deadline = Clock::now() + std::chrono::seconds(grace);
+  while (!alive.empty()) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, failed && !killed ? WNOHANG : 0);
+    if (pid == 0) {
+      if (Clock::now() >= deadline) {
+        for (const auto& [p, rank] : alive) {
+          std::fprintf(stderr,
+                       "loom-perf: rank %d (pid %d) did not exit within %d s after rank %d "
+                       "failed; killing it\n",
+                       rank, static_cast<int>(p), grace, firstFailedRank);
+          kill(p, SIGKILL);
+        }
+        killed = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      continue;
+    }
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    auto it = alive.find(pid);
+    if (it == alive.end()) continue;
+    const int rank = it->second;
+    alive.erase(it);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (killed) continue;  // already reported
+    // Wrong values are reported by the table itself; anything else deserves a line here.
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == kExitWrong))
+      std::fprintf(stderr, "loom-perf: rank %d (pid %d) %s\n", rank, static_cast<int>(pid),
+                   describeStatus(status).c_str());
+    if (!failed) {
+      failed = true;
+      firstFailedRank = rank;
+      exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : kExitLoomError;
+      deadline = Clock::now() + std::chrono::seconds(grace);
+    }
+  }
+  return exitCode;
+}
+
+Status initComm(const Options& opts, RankContext* ctx) {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = opts.timeoutSec > 0 ? opts.timeoutSec * 1000 : -1;
+  config.commName = "loom-perf";
+  loomComm_t comm = nullptr;
+
+  if (isSpawnedRank()) {
+    int rank = -1, nranks = 0;
+    loomUniqueId id;
+    const char* idText = std::getenv(kEnvId);
+    if (!parseInt(std::getenv(kEnvRank), &rank) || !parseInt(std::getenv(kEnvNranks), &nranks) ||
+        !idText || !hexDecode(idText, &id, sizeof(id)) || rank < 0 || rank >= nranks) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("bad {}/{}/{} in the environment", kEnvRank, kEnvNranks, kEnvId));
+    }
+    LOOM_TRY(
+        loomCall(loomCommInitRankConfig(&comm, nranks, id, rank, &config), "loomCommInitRankConfig")
+            .withContext(fmt::format("rank {} of {}", rank, nranks)));
+  } else if (launchedByEnvironment()) {
+    LOOM_TRY(loomCall(loomCommInitFromEnv(&comm, &config), "loomCommInitFromEnv"));
+  } else {
+    loomUniqueId id;
+    LOOM_TRY(loomCall(loomGetUniqueId(&id), "loomGetUniqueId"));
+    LOOM_TRY(loomCall(loomCommInitRankConfig(&comm, 1, id, 0, &config), "loomCommInitRankConfig"));
+  }
+  ctx->comm = comm;
+  LOOM_TRY(loomCall(loomCommUserRank(comm, &ctx->rank), "loomCommUserRank"));
+  LOOM_TRY(loomCall(loomCommCount(comm, &ctx->nranks), "loomCommCount"));
+  return Status::ok();
+}
+
+}  // namespace perf
+}  // namespace loom

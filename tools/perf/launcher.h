@@ -1,0 +1,25 @@
+// How loom-perf's ranks come to be: -np N spawns N copies of this program on this host (the
+// parent makes the unique id and hands it down in the environment); mpirun, torchrun or srun
+// (with LOOM_COMM_ID) launch ranks that loomCommInitFromEnv finds; otherwise one rank runs.
+#pragma once
+
+#include "src/core/status.h"
+#include "tools/perf/bench.h"
+#include "tools/perf/options.h"
+
+namespace loom {
+namespace perf {
+
+// True in a rank that spawnRanks started.
+bool isSpawnedRank();
+
+// Runs argv again as ranks 0..np-1 (with -np removed) and waits for them. When one fails, the
+// others get the Loom deadline plus a few seconds to fail too, then are killed, so a failure never
+// hangs. Returns 0 when every rank exited 0, else the first failure's exit status.
+int spawnRanks(const Options& opts, int argc, char** argv);
+
+// Creates this process's communicator and fills *ctx.
+Status initComm(const Options& opts, RankContext* ctx);
+
+}  // namespace perf
+}  // namespace loom

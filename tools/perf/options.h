@@ -1,0 +1,65 @@
+// loom-perf command line: nccl-tests' options (-b -e -f -i -n -w -m -c -o -d -r -z -a -t -g -T -J
+// -N ...) plus Loom's (-np N, --params). The collective comes from argv[0] (all_reduce_perf, ...)
+// or from the first positional argument (loom-perf all_reduce ...).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom {
+namespace perf {
+
+enum class CollKind {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kSendRecv
+};
+
+struct Options {
+  CollKind coll = CollKind::kAllReduce;
+  std::string programName;  // as nccl-tests names it: all_reduce_perf, ...
+
+  // nccl-tests' defaults.
+  int nThreads = 1;
+  int nGpus = 1;
+  size_t minBytes = 32u << 20;
+  size_t maxBytes = 32u << 20;
+  size_t stepBytes = 1u << 20;
+  size_t stepFactor = 1;  // > 1: multiply sizes by it instead of adding stepBytes
+  int iters = 20;
+  int warmupIters = 1;
+  int aggIters = 1;
+  int check = 1;  // check repetitions per measurement; 0: no validation
+  std::vector<loomRedOp_t> ops{loomSum};
+  std::vector<loomDataType_t> types{loomFloat32};
+  int root = 0;  // -1: every rank in turn
+  int blocking = 0;
+  int average = 1;     // 0 rank 0, 1 mean, 2 min, 3 max
+  int timeoutSec = 0;  // 0: LOOM_TIMEOUT
+  std::string jsonFile;
+  int runCycles = 1;  // 0: forever
+
+  // Loom additions.
+  int np = 0;  // > 0: spawn that many local ranks
+  bool printParams = false;
+};
+
+// Parses argv into *opts. Returns -1 when the program should run, otherwise the exit code
+// (0 after --help or --params; non-zero after printing what is wrong).
+int parseOptions(int argc, char** argv, Options* opts);
+
+// The sizes of one sweep, as nccl-tests steps them.
+std::vector<size_t> sweepSizes(const Options& opts);
+
+// "all_reduce" for CollKind::kAllReduce, ...
+const char* collName(CollKind kind);
+
+}  // namespace perf
+}  // namespace loom
