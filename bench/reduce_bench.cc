@@ -28,10 +28,18 @@ struct Buffers {
     const size_t n = bytes / dataTypeSize(dt);
     for (size_t i = 0; i < n; ++i) {
       switch (dt) {
-        case loomFloat32: reinterpret_cast<float*>(a.data())[i] = 1.0f; break;
-        case loomFloat16: reinterpret_cast<uint16_t*>(a.data())[i] = floatToHalf(1.0f); break;
-        case loomBfloat16: reinterpret_cast<uint16_t*>(a.data())[i] = floatToBf16(1.0f); break;
-        default: reinterpret_cast<int32_t*>(a.data())[i] = 1; break;
+        case loomFloat32:
+          reinterpret_cast<float*>(a.data())[i] = 1.0f;
+          break;
+        case loomFloat16:
+          reinterpret_cast<uint16_t*>(a.data())[i] = floatToHalf(1.0f);
+          break;
+        case loomBfloat16:
+          reinterpret_cast<uint16_t*>(a.data())[i] = floatToBf16(1.0f);
+          break;
+        default:
+          reinterpret_cast<int32_t*>(a.data())[i] = 1;
+          break;
       }
     }
     b = a;
@@ -65,13 +73,15 @@ void memcpyBench(benchmark::State& state) {
 }
 
 void registerAll() {
-  benchmark::RegisterBenchmark("memcpy", memcpyBench)->RangeMultiplier(4)->Range(kMinBytes,
-                                                                                 kMaxBytes);
+  benchmark::RegisterBenchmark("memcpy", memcpyBench)
+      ->RangeMultiplier(4)
+      ->Range(kMinBytes, kMaxBytes);
   for (loomDataType_t dt : {loomFloat32, loomFloat16, loomBfloat16, loomInt32}) {
     for (ReduceIsa isa : {ReduceIsa::kAvx512, ReduceIsa::kAvx2, ReduceIsa::kGeneric}) {
       if (!reduceIsaSupported(isa)) continue;
-      const std::string dtName = dt == loomFloat16 ? "float16" : dt == loomFloat32 ? "float32"
-                                                                 : dataTypeName(dt);
+      const std::string dtName = dt == loomFloat16   ? "float16"
+                                 : dt == loomFloat32 ? "float32"
+                                                     : dataTypeName(dt);
       const std::string name = "reduce_sum/" + dtName + "/" + reduceIsaName(isa) +
                                (isa == bestReduceIsa() ? "(default)" : "");
       benchmark::RegisterBenchmark(name.c_str(), reduceBench, dt, isa)

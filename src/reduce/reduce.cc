@@ -1,5 +1,5 @@
-// Public entry points: validate nothing (the caller does), ignore what is unknown, and forward to the
-// kernel table of the best instruction set this CPU supports, chosen once at first use.
+// Public entry points: validate nothing (the caller does), ignore what is unknown, and forward to
+// the kernel table of the best instruction set this CPU supports, chosen once at first use.
 #include "src/reduce/reduce.h"
 
 #include <atomic>
@@ -16,10 +16,13 @@ using reduce_internal::KernelTable;
 const KernelTable* tableFor(ReduceIsa isa) {
   switch (isa) {
 #if defined(LOOM_REDUCE_X86)
-    case ReduceIsa::kAvx512: return &reduce_internal::kAvx512Kernels;
-    case ReduceIsa::kAvx2: return &reduce_internal::kAvx2Kernels;
+    case ReduceIsa::kAvx512:
+      return &reduce_internal::kAvx512Kernels;
+    case ReduceIsa::kAvx2:
+      return &reduce_internal::kAvx2Kernels;
 #endif
-    default: return &reduce_internal::kGenericKernels;
+    default:
+      return &reduce_internal::kGenericKernels;
   }
 }
 
@@ -40,16 +43,20 @@ const KernelTable* table() {
 
 const char* reduceIsaName(ReduceIsa isa) {
   switch (isa) {
-    case ReduceIsa::kGeneric: return "generic";
-    case ReduceIsa::kAvx2: return "avx2";
-    case ReduceIsa::kAvx512: return "avx512";
+    case ReduceIsa::kGeneric:
+      return "generic";
+    case ReduceIsa::kAvx2:
+      return "avx2";
+    case ReduceIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
 
 bool reduceIsaSupported(ReduceIsa isa) {
   switch (isa) {
-    case ReduceIsa::kGeneric: return true;
+    case ReduceIsa::kGeneric:
+      return true;
 #if defined(LOOM_REDUCE_X86)
     // __builtin_cpu_supports also checks that the OS saves the YMM/ZMM state (XCR0).
     case ReduceIsa::kAvx2:
@@ -61,7 +68,8 @@ bool reduceIsaSupported(ReduceIsa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #endif
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -9,8 +9,8 @@
 //
 // Layout of the work:
 //  - 1-, 4- and 8-byte types: plain loops over __restrict pointers that the compiler vectorises for
-//    the ISA of the translation unit. Exact aliasing (dst == a or dst == b) goes to an in-place loop
-//    so that __restrict stays true. Signed sum/prod run on the unsigned type (wrap, no UB).
+//    the ISA of the translation unit. Exact aliasing (dst == a or dst == b) goes to an in-place
+//    loop so that __restrict stays true. Signed sum/prod run on the unsigned type (wrap, no UB).
 //  - float16/bfloat16: explicit vectors of kLanes float lanes (GCC vector extensions), two per
 //    block. Each element is widened to float32, combined, and rounded once to nearest even.
 //    float16 uses F16C (vcvtph2ps/vcvtps2ph) when the ISA has it and a branch-free integer
@@ -129,11 +129,20 @@ template <class S, class U>
 void combineInt(void* dst, const void* a, const void* b, size_t n, loomRedOp_t op) {
   switch (op) {
     case loomSum:
-    case loomAvg: combine<U, SumOp>(dst, a, b, n); break;
-    case loomProd: combine<U, ProdOp>(dst, a, b, n); break;
-    case loomMax: combine<S, MaxOp>(dst, a, b, n); break;
-    case loomMin: combine<S, MinOp>(dst, a, b, n); break;
-    default: break;
+    case loomAvg:
+      combine<U, SumOp>(dst, a, b, n);
+      break;
+    case loomProd:
+      combine<U, ProdOp>(dst, a, b, n);
+      break;
+    case loomMax:
+      combine<S, MaxOp>(dst, a, b, n);
+      break;
+    case loomMin:
+      combine<S, MinOp>(dst, a, b, n);
+      break;
+    default:
+      break;
   }
 }
 
@@ -141,11 +150,20 @@ template <class T>
 void combineFloat(void* dst, const void* a, const void* b, size_t n, loomRedOp_t op) {
   switch (op) {
     case loomSum:
-    case loomAvg: combine<T, SumOp>(dst, a, b, n); break;
-    case loomProd: combine<T, ProdOp>(dst, a, b, n); break;
-    case loomMax: combine<T, FMaxOp>(dst, a, b, n); break;
-    case loomMin: combine<T, FMinOp>(dst, a, b, n); break;
-    default: break;
+    case loomAvg:
+      combine<T, SumOp>(dst, a, b, n);
+      break;
+    case loomProd:
+      combine<T, ProdOp>(dst, a, b, n);
+      break;
+    case loomMax:
+      combine<T, FMaxOp>(dst, a, b, n);
+      break;
+    case loomMin:
+      combine<T, FMinOp>(dst, a, b, n);
+      break;
+    default:
+      break;
   }
 }
 
@@ -184,7 +202,7 @@ inline void storeWords(uint16_t* p, VecU32 v) { std::memcpy(p, &v, sizeof(v)); }
 
 struct Bf16Codec {
   static void load(const uint16_t* p, VecF& even, VecF& odd) {
-    const VecU32 w = loadWords(p);  // little endian: even element in the low half
+    const VecU32 w = loadWords(p);  // store() puts the halves back where load() found them
     even = bitCast<VecF>(w << 16);
     odd = bitCast<VecF>(w & 0xffff0000u);
   }
@@ -243,7 +261,7 @@ struct HalfCodec {
     const VecU32 kExpMask = VecU32{} + (0x7c00u << 13);
     VecU32 o = (h & 0x7fffu) << 13;  // exponent and mantissa in float position
     const VecU32 exp = o & kExpMask;
-    o += (127u - 15u) << 23;                                 // rebias the exponent
+    o += (127u - 15u) << 23;                               // rebias the exponent
     o = (exp == kExpMask) ? o + ((128u - 16u) << 23) : o;  // inf/NaN: exponent to 255
     // Zero/subnormal: build 2^-14 * (1 + m/1024) and subtract 2^-14, which is exact.
     const VecF kMagic = VecF{} + 6.103515625e-05f;  // 2^-14
@@ -262,8 +280,8 @@ struct HalfCodec {
     // |f| < 2^-14: add 0.5 so that the FPU rounds to a multiple of 2^-24, then read the units.
     const VecF kDenormMagic = VecF{} + 0.5f;
     const VecU32 small = bitCast<VecU32>(bitCast<VecF>(x) + kDenormMagic) - (126u << 23);
-    // Normal: rebias, add half an ulp minus one plus the ulp's parity, and shift (a carry out of the
-    // mantissa bumps the exponent, up to inf for [65520, 65536)).
+    // Normal: rebias, add half an ulp minus one plus the ulp's parity, and shift (a carry out of
+    // the mantissa bumps the exponent, up to inf for [65520, 65536)).
     const VecU32 normal = (x + ((15u - 127u) << 23) + 0xfffu + ((x >> 13) & 1u)) >> 13;
     const VecU32 o = (xi >= ((127 + 16) << 23)) ? big : ((xi < (113 << 23)) ? small : normal);
     return o | (sign >> 16);
@@ -307,11 +325,20 @@ template <class Codec>
 void combineNarrowOp(void* dst, const void* a, const void* b, size_t n, loomRedOp_t op) {
   switch (op) {
     case loomSum:
-    case loomAvg: combineNarrow<Codec, SumOp>(dst, a, b, n); break;
-    case loomProd: combineNarrow<Codec, ProdOp>(dst, a, b, n); break;
-    case loomMax: combineNarrow<Codec, FMaxOp>(dst, a, b, n); break;
-    case loomMin: combineNarrow<Codec, FMinOp>(dst, a, b, n); break;
-    default: break;
+    case loomAvg:
+      combineNarrow<Codec, SumOp>(dst, a, b, n);
+      break;
+    case loomProd:
+      combineNarrow<Codec, ProdOp>(dst, a, b, n);
+      break;
+    case loomMax:
+      combineNarrow<Codec, FMaxOp>(dst, a, b, n);
+      break;
+    case loomMin:
+      combineNarrow<Codec, FMinOp>(dst, a, b, n);
+      break;
+    default:
+      break;
   }
 }
 
@@ -340,33 +367,75 @@ void divideNarrow(void* data, size_t n, int nranks) {
 void reduceImpl(void* dst, const void* a, const void* b, size_t n, loomDataType_t dt,
                 loomRedOp_t op) {
   switch (dt) {
-    case loomInt8: combineInt<int8_t, uint8_t>(dst, a, b, n, op); break;
-    case loomUint8: combineInt<uint8_t, uint8_t>(dst, a, b, n, op); break;
-    case loomInt32: combineInt<int32_t, uint32_t>(dst, a, b, n, op); break;
-    case loomUint32: combineInt<uint32_t, uint32_t>(dst, a, b, n, op); break;
-    case loomInt64: combineInt<int64_t, uint64_t>(dst, a, b, n, op); break;
-    case loomUint64: combineInt<uint64_t, uint64_t>(dst, a, b, n, op); break;
-    case loomFloat32: combineFloat<float>(dst, a, b, n, op); break;
-    case loomFloat64: combineFloat<double>(dst, a, b, n, op); break;
-    case loomFloat16: combineNarrowOp<HalfCodec>(dst, a, b, n, op); break;
-    case loomBfloat16: combineNarrowOp<Bf16Codec>(dst, a, b, n, op); break;
-    default: break;
+    case loomInt8:
+      combineInt<int8_t, uint8_t>(dst, a, b, n, op);
+      break;
+    case loomUint8:
+      combineInt<uint8_t, uint8_t>(dst, a, b, n, op);
+      break;
+    case loomInt32:
+      combineInt<int32_t, uint32_t>(dst, a, b, n, op);
+      break;
+    case loomUint32:
+      combineInt<uint32_t, uint32_t>(dst, a, b, n, op);
+      break;
+    case loomInt64:
+      combineInt<int64_t, uint64_t>(dst, a, b, n, op);
+      break;
+    case loomUint64:
+      combineInt<uint64_t, uint64_t>(dst, a, b, n, op);
+      break;
+    case loomFloat32:
+      combineFloat<float>(dst, a, b, n, op);
+      break;
+    case loomFloat64:
+      combineFloat<double>(dst, a, b, n, op);
+      break;
+    case loomFloat16:
+      combineNarrowOp<HalfCodec>(dst, a, b, n, op);
+      break;
+    case loomBfloat16:
+      combineNarrowOp<Bf16Codec>(dst, a, b, n, op);
+      break;
+    default:
+      break;
   }
 }
 
 void finishAverageImpl(void* data, size_t n, loomDataType_t dt, int nranks) {
   switch (dt) {
-    case loomInt8: divideLoop(static_cast<int8_t*>(data), n, nranks); break;
-    case loomUint8: divideLoop(static_cast<uint8_t*>(data), n, nranks); break;
-    case loomInt32: divideLoop(static_cast<int32_t*>(data), n, nranks); break;
-    case loomUint32: divideLoop(static_cast<uint32_t*>(data), n, nranks); break;
-    case loomInt64: divideLoop(static_cast<int64_t*>(data), n, nranks); break;
-    case loomUint64: divideLoop(static_cast<uint64_t*>(data), n, nranks); break;
-    case loomFloat32: divideLoop(static_cast<float*>(data), n, nranks); break;
-    case loomFloat64: divideLoop(static_cast<double*>(data), n, nranks); break;
-    case loomFloat16: divideNarrow<HalfCodec>(data, n, nranks); break;
-    case loomBfloat16: divideNarrow<Bf16Codec>(data, n, nranks); break;
-    default: break;
+    case loomInt8:
+      divideLoop(static_cast<int8_t*>(data), n, nranks);
+      break;
+    case loomUint8:
+      divideLoop(static_cast<uint8_t*>(data), n, nranks);
+      break;
+    case loomInt32:
+      divideLoop(static_cast<int32_t*>(data), n, nranks);
+      break;
+    case loomUint32:
+      divideLoop(static_cast<uint32_t*>(data), n, nranks);
+      break;
+    case loomInt64:
+      divideLoop(static_cast<int64_t*>(data), n, nranks);
+      break;
+    case loomUint64:
+      divideLoop(static_cast<uint64_t*>(data), n, nranks);
+      break;
+    case loomFloat32:
+      divideLoop(static_cast<float*>(data), n, nranks);
+      break;
+    case loomFloat64:
+      divideLoop(static_cast<double*>(data), n, nranks);
+      break;
+    case loomFloat16:
+      divideNarrow<HalfCodec>(data, n, nranks);
+      break;
+    case loomBfloat16:
+      divideNarrow<Bf16Codec>(data, n, nranks);
+      break;
+    default:
+      break;
   }
 }
 

@@ -78,8 +78,12 @@ class ProcessMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
 TEST_P(ProcessMatrix, EveryDatatypeOpCountAndPlacement) {
   auto [n, coll] = GetParam();
   WorkerResult res = runWorkers(n, std::string("matrix:") + collName(coll), {});
-  for (int r = 0; r < n; ++r)
+  size_t want = matrix(coll, n, standardCounts(n), kAllOps).size();
+  for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("ran " + std::to_string(want) + " cases"), std::string::npos)
+        << res.output[r];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

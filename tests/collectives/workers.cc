@@ -175,10 +175,12 @@ int workerMain() {
   int rc = 0;
   if (mode.rfind("matrix:", 0) == 0) {
     std::string collText = mode.substr(7);
+    int ran = 0;
     for (Coll c : allColls()) {
       if (collText != collName(c)) continue;
       for (const auto& cs : matrix(c, n, standardCounts(n), {loomSum, loomProd, loomMax, loomMin, loomAvg})) {
         std::string e = runCase(comm, rank, n, cs);
+        ++ran;
         if (!e.empty()) {
           fprintf(stderr, "%s\n", e.c_str());
           rc = 1;
@@ -186,6 +188,8 @@ int workerMain() {
         }
       }
     }
+    fprintf(stderr, "ran %d cases\n", ran);
+    if (ran == 0) rc = 13;
   } else if (mode.rfind("kill:", 0) == 0) {
     rc = killMode(comm, rank, atoi(mode.c_str() + 5));
   } else {

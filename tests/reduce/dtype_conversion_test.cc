@@ -1,6 +1,6 @@
 // The scalar float16/bfloat16 conversions of src/core/dtype.h against the oracles of reference.h:
-// every 16-bit pattern, every midpoint (ties), one float ulp either side of it, overflow, subnormals
-// and a million random floats.
+// every 16-bit pattern, every midpoint (ties), one float ulp either side of it, overflow,
+// subnormals and a million random floats.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,9 +114,9 @@ TEST_P(ConversionTest, SpecialValues) {
   // A signalling NaN whose payload lies only in the low bits must not collapse into infinity.
   EXPECT_TRUE(std::isnan(c.toFloat(c.fromFloat(bitsFloat(0x7f800001u)))));
   EXPECT_TRUE(std::isnan(c.toFloat(c.fromFloat(bitsFloat(0xff800001u)))));
-  for (float f : {3.0e38f, 1e-45f, 1e-40f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 6.1035156e-05f,
-                  6.1028e-05f, 65504.0f, 65519.996f, 65520.0f, 65536.0f, 1.0f + 1.0f / 2048,
-                  1.0f + 3.0f / 2048, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256}) {
+  for (float f : {3.0e38f, 1e-45f, 1e-40f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f,
+                  6.1035156e-05f, 6.1028e-05f, 65504.0f, 65519.996f, 65520.0f, 65536.0f,
+                  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256}) {
     expectRounds(f);
     expectRounds(-f);
   }

@@ -2,6 +2,8 @@
 // every op, against scalar references computed in double / 64-bit integers (reference.h for
 // float16/bfloat16). Counts cover empty, tail-only and vector+tail; pointers are offset by one
 // element to break vector alignment; dst aliases a or b.
+#include "src/reduce/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "src/core/dtype.h"
-#include "src/reduce/reduce.h"
 #include "src/reduce/reduce_isa.h"
 #include "tests/reduce/reference.h"
 
@@ -28,7 +29,7 @@ using testing::kHalfFormat;
 
 constexpr size_t kCounts[] = {0, 1, 7, 31, 33, 1000, 4097};
 constexpr loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
-constexpr loomDataType_t kTypes[] = {loomInt8,    loomUint8,   loomInt32,  loomUint32,
+constexpr loomDataType_t kTypes[] = {loomInt8,    loomUint8,   loomInt32,   loomUint32,
                                      loomInt64,   loomUint64,  loomFloat16, loomFloat32,
                                      loomFloat64, loomBfloat16};
 
@@ -68,14 +69,16 @@ struct IntSpec {
     const uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
     const int64_t sa = static_cast<int64_t>(a), sb = static_cast<int64_t>(b);
     switch (op) {
-      case loomProd: return static_cast<T>(ua * ub);
+      case loomProd:
+        return static_cast<T>(ua * ub);
       case loomMax:
         if (std::is_same<T, uint64_t>::value) return static_cast<T>(ua > ub ? ua : ub);
         return static_cast<T>(sa > sb ? sa : sb);
       case loomMin:
         if (std::is_same<T, uint64_t>::value) return static_cast<T>(ua < ub ? ua : ub);
         return static_cast<T>(sa < sb ? sa : sb);
-      default: return static_cast<T>(ua + ub);
+      default:
+        return static_cast<T>(ua + ub);
     }
   }
   static bool same(T got, T want, loomRedOp_t) { return got == want; }
@@ -106,7 +109,8 @@ struct FloatSpec {
                             std::numeric_limits<T>::denorm_min(),
                             -std::numeric_limits<T>::denorm_min()};
     switch (rng() % 8) {
-      case 0: return kEdges[rng() % (sizeof(kEdges) / sizeof(T))];
+      case 0:
+        return kEdges[rng() % (sizeof(kEdges) / sizeof(T))];
       case 1: {  // any bit pattern: NaN payloads, subnormals, huge and tiny values
         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t> bits =
             static_cast<decltype(bits)>(rng());
@@ -114,7 +118,8 @@ struct FloatSpec {
         std::memcpy(&t, &bits, sizeof(t));
         return t;
       }
-      default: return static_cast<T>(std::uniform_real_distribution<double>(-1000, 1000)(rng));
+      default:
+        return static_cast<T>(std::uniform_real_distribution<double>(-1000, 1000)(rng));
     }
   }
   // In double: exact for float32 + and * before the one rounding to float; double itself is the
@@ -122,10 +127,14 @@ struct FloatSpec {
   static T combine(T a, T b, loomRedOp_t op) {
     const double da = a, db = b;
     switch (op) {
-      case loomProd: return static_cast<T>(da * db);
-      case loomMax: return refMax(a, b);
-      case loomMin: return refMin(a, b);
-      default: return static_cast<T>(da + db);
+      case loomProd:
+        return static_cast<T>(da * db);
+      case loomMax:
+        return refMax(a, b);
+      case loomMin:
+        return refMin(a, b);
+      default:
+        return static_cast<T>(da + db);
     }
   }
   static bool same(T got, T want, loomRedOp_t op) {
@@ -151,13 +160,18 @@ struct NarrowSpec {
         return testing::roundTo(std::uniform_real_distribution<double>(-4, 4)(rng), F);
       }
       case 1: {
-        constexpr uint16_t kEdges[] = {0x0000, 0x8000, 0x0001, 0x8001, F.infBits,
+        constexpr uint16_t kEdges[] = {0x0000,
+                                       0x8000,
+                                       0x0001,
+                                       0x8001,
+                                       F.infBits,
                                        static_cast<uint16_t>(0x8000 | F.infBits),
                                        static_cast<uint16_t>(F.infBits + 1),
                                        static_cast<uint16_t>(F.infBits - 1)};
         return kEdges[rng() % (sizeof(kEdges) / sizeof(uint16_t))];
       }
-      default: return static_cast<uint16_t>(rng());  // every pattern: NaN, inf, subnormal
+      default:
+        return static_cast<uint16_t>(rng());  // every pattern: NaN, inf, subnormal
     }
   }
   static float toFloat(uint16_t x) { return static_cast<float>(testing::decode(x, F)); }
@@ -165,10 +179,18 @@ struct NarrowSpec {
     const float fa = toFloat(a), fb = toFloat(b);
     float r;
     switch (op) {
-      case loomProd: r = static_cast<float>(static_cast<double>(fa) * fb); break;
-      case loomMax: r = refMax(fa, fb); break;
-      case loomMin: r = refMin(fa, fb); break;
-      default: r = static_cast<float>(static_cast<double>(fa) + fb); break;
+      case loomProd:
+        r = static_cast<float>(static_cast<double>(fa) * fb);
+        break;
+      case loomMax:
+        r = refMax(fa, fb);
+        break;
+      case loomMin:
+        r = refMin(fa, fb);
+        break;
+      default:
+        r = static_cast<float>(static_cast<double>(fa) + fb);
+        break;
     }
     return testing::roundTo(r, F);
   }
@@ -191,17 +213,38 @@ struct NarrowSpec {
 template <class Fn>
 void withSpec(loomDataType_t dt, Fn&& f) {
   switch (dt) {
-    case loomInt8: f(IntSpec<int8_t>{}); break;
-    case loomUint8: f(IntSpec<uint8_t>{}); break;
-    case loomInt32: f(IntSpec<int32_t>{}); break;
-    case loomUint32: f(IntSpec<uint32_t>{}); break;
-    case loomInt64: f(IntSpec<int64_t>{}); break;
-    case loomUint64: f(IntSpec<uint64_t>{}); break;
-    case loomFloat16: f(NarrowSpec<kHalfFormat>{}); break;
-    case loomFloat32: f(FloatSpec<float>{}); break;
-    case loomFloat64: f(FloatSpec<double>{}); break;
-    case loomBfloat16: f(NarrowSpec<kBf16Format>{}); break;
-    default: FAIL() << "no spec for datatype " << dt;
+    case loomInt8:
+      f(IntSpec<int8_t>{});
+      break;
+    case loomUint8:
+      f(IntSpec<uint8_t>{});
+      break;
+    case loomInt32:
+      f(IntSpec<int32_t>{});
+      break;
+    case loomUint32:
+      f(IntSpec<uint32_t>{});
+      break;
+    case loomInt64:
+      f(IntSpec<int64_t>{});
+      break;
+    case loomUint64:
+      f(IntSpec<uint64_t>{});
+      break;
+    case loomFloat16:
+      f(NarrowSpec<kHalfFormat>{});
+      break;
+    case loomFloat32:
+      f(FloatSpec<float>{});
+      break;
+    case loomFloat64:
+      f(FloatSpec<double>{});
+      break;
+    case loomBfloat16:
+      f(NarrowSpec<kBf16Format>{});
+      break;
+    default:
+      FAIL() << "no spec for datatype " << dt;
   }
 }
 
@@ -234,10 +277,10 @@ void checkCase(const std::vector<typename Spec::Storage>& ain,
     const S got = dst[offset + i];
     if (!Spec::same(got, want, op)) {
       ++failures;
-      ADD_FAILURE() << dataTypeName(dt) << " " << redOpName(op) << " count " << count
-                    << " offset " << offset << " " << aliasName(alias) << " [" << i
-                    << "]: " << Spec::show(ain[i]) << " op " << Spec::show(bin[i]) << " gave "
-                    << Spec::show(got) << ", want " << Spec::show(want);
+      ADD_FAILURE() << dataTypeName(dt) << " " << redOpName(op) << " count " << count << " offset "
+                    << offset << " " << aliasName(alias) << " [" << i << "]: " << Spec::show(ain[i])
+                    << " op " << Spec::show(bin[i]) << " gave " << Spec::show(got) << ", want "
+                    << Spec::show(want);
     }
   }
   // Nothing outside dst[0, count) changes; the inputs that are not dst do not change at all.
@@ -369,17 +412,17 @@ class ReduceIsaTest : public IsaTest, public ::testing::WithParamInterface<Reduc
 };
 
 TEST_P(ReduceIsaTest, HalfRoundingTiesOverflowAndSubnormals) {
-  expectAll(loomFloat16, loomSum, 0x3c00, 0x1000, 0x3c00);  // 1 + 2^-11: tie, to even
-  expectAll(loomFloat16, loomSum, 0x3c01, 0x1000, 0x3c02);  // (1 + 2^-10) + 2^-11: tie, up
-  expectAll(loomFloat16, loomSum, 0x7bff, 0x4c00, 0x7c00);  // 65504 + 16 = 65520: tie -> inf
-  expectAll(loomFloat16, loomSum, 0x7bff, 0x4800, 0x7bff);  // 65504 + 8: down
-  expectAll(loomFloat16, loomSum, 0x0001, 0x0001, 0x0002);  // subnormals
-  expectAll(loomFloat16, loomSum, 0x03ff, 0x0001, 0x0400);  // subnormal -> smallest normal
+  expectAll(loomFloat16, loomSum, 0x3c00, 0x1000, 0x3c00);   // 1 + 2^-11: tie, to even
+  expectAll(loomFloat16, loomSum, 0x3c01, 0x1000, 0x3c02);   // (1 + 2^-10) + 2^-11: tie, up
+  expectAll(loomFloat16, loomSum, 0x7bff, 0x4c00, 0x7c00);   // 65504 + 16 = 65520: tie -> inf
+  expectAll(loomFloat16, loomSum, 0x7bff, 0x4800, 0x7bff);   // 65504 + 8: down
+  expectAll(loomFloat16, loomSum, 0x0001, 0x0001, 0x0002);   // subnormals
+  expectAll(loomFloat16, loomSum, 0x03ff, 0x0001, 0x0400);   // subnormal -> smallest normal
   expectAll(loomFloat16, loomProd, 0x0001, 0x3800, 0x0000);  // 2^-24 * 0.5: tie, to zero
   expectAll(loomFloat16, loomProd, 0x0003, 0x3800, 0x0002);  // 1.5 * 2^-24: tie, to even
-  expectAll(loomFloat16, loomSum, 0x7c00, 0x7c00, 0x7c00);  // inf + inf
+  expectAll(loomFloat16, loomSum, 0x7c00, 0x7c00, 0x7c00);   // inf + inf
   expectAll(loomFloat16, loomProd, 0x7bff, 0xc000, 0xfc00);  // -131008 -> -inf
-  expectAll(loomFloat16, loomMax, 0x7e00, 0x3c00, 0x3c00);  // NaN loses (fmax)
+  expectAll(loomFloat16, loomMax, 0x7e00, 0x3c00, 0x3c00);   // NaN loses (fmax)
   expectAll(loomFloat16, loomMin, 0x3c00, 0x7e00, 0x3c00);
   expectAll(loomFloat16, loomMax, 0xc000, 0xbc00, 0xbc00);  // max(-2, -1)
 }

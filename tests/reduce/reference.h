@@ -16,9 +16,7 @@ struct Format {
 constexpr Format kHalfFormat{10, 15, 0x7c00};
 constexpr Format kBf16Format{7, 127, 0x7f80};
 
-inline bool isNanBits(uint16_t bits, const Format& f) {
-  return (bits & 0x7fff) > f.infBits;
-}
+inline bool isNanBits(uint16_t bits, const Format& f) { return (bits & 0x7fff) > f.infBits; }
 
 // Value of a positive pattern k <= infBits; the infinity pattern reads as 2^(emax+1), which is what
 // round-to-nearest-even overflows to.

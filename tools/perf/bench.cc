@@ -83,7 +83,9 @@ class Bench {
     Status st = runAll();
     if (rowOpen_) print("\n");
     if (!st.isOk()) {
-      std::fprintf(stderr, "loom-perf: rank %d: %s\n", ctx_.rank, st.message().c_str());
+      // A usage error is the same on every rank: rank 0 says it once.
+      if (!usageError_ || ctx_.rank == 0)
+        std::fprintf(stderr, "loom-perf: rank %d: %s\n", ctx_.rank, st.message().c_str());
       std::fflush(stderr);
       writeReport(st.message());
       return usageError_ ? kExitUsage : kExitLoomError;
@@ -120,7 +122,7 @@ class Bench {
                     fmt::format("cannot allocate 2 x {} bytes of host memory", bufferBytes_));
 
     LOOM_TRY(gatherRanks());
-    print(formatHeader(opts_, ctx_.nranks, ranks_));
+    print(formatHeader(opts_, ranks_));
     for (loomDataType_t type : opts_.types)
       for (loomRedOp_t op : ops)
         for (int root : roots) LOOM_TRY(timeTest(type, op, root, info.hasOp));

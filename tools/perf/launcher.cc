@@ -207,8 +207,9 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
     alive.erase(it);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     if (killed) continue;  // already reported
-    // Wrong values are reported by the table itself; anything else deserves a line here.
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == kExitWrong))
+    // Wrong values and usage errors are reported by the ranks; anything else deserves a line here.
+    if (!(WIFEXITED(status) &&
+          (WEXITSTATUS(status) == kExitWrong || WEXITSTATUS(status) == kExitUsage)))
       std::fprintf(stderr, "loom-perf: rank %d (pid %d) %s\n", rank, static_cast<int>(pid),
                    describeStatus(status).c_str());
     if (!failed) {

@@ -189,7 +189,8 @@ int parseOptions(int argc, char** argv, Options* opts) {
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Prints the help, or the error with a hint; every usage error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (opts->printParams) {
     std::fputs(formatParams().c_str(), stdout);
@@ -245,7 +246,8 @@ int parseOptions(int argc, char** argv, Options* opts) {
   if (opts->runCycles < 0) return usageError("-N/--run_cycles must not be negative");
   if (opts->average < 0 || opts->average > 3)
     return usageError("-a/--average must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
-  if (opts->timeoutSec < 0) return usageError("-T/--timeout must not be negative");
+  if (opts->timeoutSec < 0 || opts->timeoutSec > 2000000)
+    return usageError("-T/--timeout must be between 0 and 2000000 seconds");
   if (npOpt->count() > 0 && opts->np < 1) return usageError("-np must be at least 1");
   noteIgnored("-p/--parallel_init", parallelInit);
   noteIgnored("-G/--cudagraph", cudaGraph);

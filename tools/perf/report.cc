@@ -36,7 +36,7 @@ nlohmann::json measurementJson(const Measurement& m) {
 
 }  // namespace
 
-std::string formatHeader(const Options& opts, int nranks, const std::vector<RankInfo>& ranks) {
+std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks) {
   std::string out;
   out += cformat("# Collective test starting: %s\n", opts.programName.c_str());
   out += cformat("# loom-perf version %d.%d.%d loom-headers=%d\n", LOOM_MAJOR, LOOM_MINOR,
@@ -56,7 +56,6 @@ std::string formatHeader(const Options& opts, int nranks, const std::vector<Rank
     out += cformat("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r.rank, 0, r.pid,
                    r.host.c_str(), r.device, r.cpu.c_str());
   }
-  (void)nranks;
   out += "#\n";
   out += cformat(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"

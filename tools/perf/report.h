@@ -39,7 +39,7 @@ struct Row {
 };
 
 // "# nThread 1 nGpus 1 minBytes ..." through the two-line column header.
-std::string formatHeader(const Options& opts, int nranks, const std::vector<RankInfo>& ranks);
+std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks);
 // The first five columns of a row (size count type redop root).
 std::string formatRowPrefix(const Row& row);
 // One "  time  algbw  busbw  #wrong" block; #wrong is N/A when the measurement was not validated.
