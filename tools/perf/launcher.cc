@@ -24,9 +24,9 @@ namespace perf {
 namespace {
 
 // Handed from the -np parent to each rank it spawns; internal to loom-perf.
-constexpr const char* kEnvRank = "LOOM_PERF_RANK";
-constexpr const char* kEnvNranks = "LOOM_PERF_NRANKS";
-constexpr const char* kEnvId = "LOOM_PERF_ID";
+constexpr const char* kEnvRank = "LOOMPERF_CHILD_RANK";
+constexpr const char* kEnvNranks = "LOOMPERF_CHILD_NRANKS";
+constexpr const char* kEnvId = "LOOMPERF_CHILD_ID";
 
 std::string hexEncode(const void* data, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
@@ -136,7 +136,7 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
   childArgv.push_back(nullptr);
   std::vector<std::string> baseEnv;
   for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "LOOM_PERF_", 10) == 0) continue;
+    if (std::strncmp(*e, "LOOMPERF_CHILD_", 15) == 0) continue;
     baseEnv.push_back(*e);
   }
   baseEnv.push_back(std::string(kEnvNranks) + "=" + std::to_string(opts.np));
