@@ -119,6 +119,13 @@ struct Run {
   std::vector<PieceState> state;
   std::vector<uint32_t> readyLocal;  // local pieces whose deps are met
   size_t done = 0;
+  bool finished = false;
+  // A receive whose buffer is also the source of a send of the same group (nccl-tests' in-place
+  // sendrecv) lands in scratch and is copied into place once those sends have read the buffer:
+  // waiting instead would deadlock a ring of such exchanges.
+  std::vector<const Run*> blockers;
+  char* stagedDst = nullptr;
+  bool deferred = false;
 
   char* ptr(const BufRef& r) const { return base[static_cast<int>(r.buf)] + r.offset * elemSize; }
 };
@@ -216,8 +223,16 @@ class Executor {
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
       LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
       r.tag = opTag(r.args);
-      scratchNeed[commIndex[r.comm]] += scratchBytesOf(r);
     }
+    for (auto& r : runs_) {
+      if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
+      size_t bytes = r.args.count * r.elemSize;
+      for (const auto& s : runs_)
+        if (&s != &r && s.comm == r.comm && s.args.coll == CollKind::kSendRecv && s.args.isSend &&
+            overlapping(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
+          r.blockers.push_back(&s);
+    }
+    for (auto& r : runs_) scratchNeed[commIndex[r.comm]] += scratchBytesOf(r);
     std::vector<size_t> scratchUsed(commRuns_.size(), 0);
     std::vector<char*> scratchBase(commRuns_.size());
     for (size_t c = 0; c < commRuns_.size(); ++c)
@@ -257,6 +272,7 @@ class Executor {
     // harmless stand-in so that no schedule can dereference it.
     if (!r.args.recvbuff && r.plan->touchesOutput) bytes += align64(r.plan->layout.outputCount * r.elemSize);
     if (!r.args.sendbuff && r.plan->touchesInput) bytes += align64(r.plan->layout.inputCount * r.elemSize);
+    if (!r.blockers.empty()) bytes += align64(r.args.count * r.elemSize);
     return bytes;
   }
 
@@ -275,7 +291,17 @@ class Executor {
     if (!r.args.sendbuff && r.plan->touchesInput) {
       r.base[static_cast<int>(BufKind::kInput)] = mem;
       std::memset(mem, 0, r.plan->layout.inputCount * r.elemSize);
+      mem += align64(r.plan->layout.inputCount * r.elemSize);
     }
+    if (!r.blockers.empty()) {
+      r.stagedDst = r.base[static_cast<int>(BufKind::kOutput)];
+      r.base[static_cast<int>(BufKind::kOutput)] = mem;
+    }
+  }
+
+  static bool overlapping(const void* a, size_t na, const void* b, size_t nb) {
+    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return a && b && na && nb && x < y + nb && y < x + na;
   }
 
   // One pass over a communicator: post what can be posted, run local pieces, test requests.
@@ -379,6 +405,16 @@ class Executor {
   }
 
   void finishRun(Run& r) {
+    if (r.stagedDst) {
+      for (const Run* b : r.blockers)
+        if (!b->finished) {
+          r.deferred = true;
+          return;
+        }
+      std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)], r.args.count * r.elemSize);
+      r.deferred = false;
+    }
+    r.finished = true;
     if (r.args.op == loomAvg && r.comm->nranks() > 1) {
       bool reduces = r.args.coll == CollKind::kAllReduce || r.args.coll == CollKind::kReduceScatter ||
                      (r.args.coll == CollKind::kReduce && r.args.root == r.comm->rank());
@@ -392,6 +428,8 @@ class Executor {
         --cr.pendingRuns;
         if (cr.pendingRuns == 0 && cr.inflight.empty()) cr.finished = true;
       }
+    for (auto& d : runs_)
+      if (d.deferred) finishRun(d);
   }
 
   Status peerError(const Run& r, uint32_t p, const Status& st) {

@@ -53,7 +53,6 @@ std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& count
     for (auto op : useOps)
       for (size_t count : counts)
         for (bool inPlace : {false, true}) {
-          if (coll == Coll::kSendRecv && inPlace) continue;
           for (int root : roots)
             out.push_back({coll, static_cast<loomDataType_t>(dt), op, count, inPlace, root});
         }
