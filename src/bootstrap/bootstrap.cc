@@ -116,7 +116,8 @@ Status Bootstrap::Impl::openListener(const SockAddr& at) {
 
 Status Bootstrap::Impl::wait(int fd, short events, const Deadline& deadline) {
   if (isAborted()) return LOOM_ERROR(kAborted, "aborted");
-  if (deadline.expired()) return LOOM_ERROR(kTimeout, "timed out after {} ms", deadline.timeoutMs());
+  if (deadline.expired())
+    return LOOM_ERROR(kTimeout, "timed out after {} ms", deadline.timeoutMs());
   pollfd p{fd, events, 0};
   ::poll(&p, 1, deadline.remainingMs(100));
   return Status();
@@ -216,8 +217,9 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
   r.u32();
   uint64_t payloadBytes = r.u64();
   if (magic != wire::kReplyMagic)
-    return LOOM_ERROR(kRemote, "bootstrap rank {}: {} is not a Loom bootstrap root (magic 0x{:08x})",
-                      rank, rootName, magic);
+    return LOOM_ERROR(kRemote,
+                      "bootstrap rank {}: {} is not a Loom bootstrap root (magic 0x{:08x})", rank,
+                      rootName, magic);
   if (kind == wire::kReplyError) {
     std::string text(std::min<uint64_t>(payloadBytes, wire::kMaxErrorText), '\0');
     (void)recvFully(root.get(), &text[0], text.size(), Deadline(1000));
@@ -244,8 +246,9 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
     uint32_t len = t.u32();
     const uint8_t* b = t.bytes(len);
     if (!a.isOk() || !t.ok())
-      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed table from the root at {} (entry {})",
-                        rank, rootName, i);
+      return LOOM_ERROR(kRemote,
+                        "bootstrap rank {}: malformed table from the root at {} (entry {})", rank,
+                        rootName, i);
     listeners[i] = a.value();
     blobs[i].assign(reinterpret_cast<const char*>(b), len);
   }
@@ -291,8 +294,7 @@ Status Bootstrap::Impl::acceptPrev(const Deadline& deadline) {
         }
         p.got += r.value();
         if (p.got == sizeof(p.buf)) {
-          std::string why =
-              checkRingHandshake(p.buf, wire::kRingMagic, secret, from, rank, nranks);
+          std::string why = checkRingHandshake(p.buf, wire::kRingMagic, secret, from, rank, nranks);
           if (!why.empty()) {
             dropped(p, why);
             p.fd.reset();
@@ -302,9 +304,10 @@ Status Bootstrap::Impl::acceptPrev(const Deadline& deadline) {
           Status st = sendFully(p.fd.get(), ack.data(), ack.size(), deadline);
           if (!st.isOk()) {
             if (st.code() == Code::kAborted) return abortedError("the ring join");
-            return Status(st.code() == Code::kTimeout ? Code::kTimeout : Code::kRemote,
-                          fmt::format("bootstrap rank {}: cannot answer rank {}'s ring handshake: {}",
-                                      rank, from, st.message()));
+            return Status(
+                st.code() == Code::kTimeout ? Code::kTimeout : Code::kRemote,
+                fmt::format("bootstrap rank {}: cannot answer rank {}'s ring handshake: {}", rank,
+                            from, st.message()));
           }
           setFd(&prev, std::move(p.fd));
           return Status();
@@ -409,7 +412,9 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
   const int steps = nranks - 1;
   const int nextR = nextRank(), prevR = prevRank();
   const int nfd = next.get(), pfd = prev.get();
-  auto chunk = [&](int c) { return out + static_cast<size_t>((c % nranks + nranks) % nranks) * bytes; };
+  auto chunk = [&](int c) {
+    return out + static_cast<size_t>((c % nranks + nranks) % nranks) * bytes;
+  };
   int sendStep = 0, recvStep = 0;
   // Outgoing frame of sendStep: header then the chunk; offset over both.
   uint8_t sendHdr[wire::kFrameBytes];
@@ -443,7 +448,8 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     r.u32();
     uint64_t len = r.u64();
     if (len < 4 || len > wire::kMaxErrorText)
-      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed error frame from rank {}", rank, peer);
+      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed error frame from rank {}", rank,
+                        peer);
     std::string body(len, '\0');
     Status st = recvFully(fd, &body[0], len, Deadline(2000));
     if (!st.isOk()) return closed(peer, st);
@@ -460,10 +466,10 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     if (sendStep < steps && sendStep <= recvStep) {
       const char* data = chunk(rank - sendStep);
       while (sendOff < frameBytes) {
-        Result<size_t> r = sendOff < wire::kFrameBytes
-                               ? sendSome(nfd, sendHdr + sendOff, wire::kFrameBytes - sendOff)
-                               : sendSome(nfd, data + (sendOff - wire::kFrameBytes),
-                                          frameBytes - sendOff);
+        Result<size_t> r =
+            sendOff < wire::kFrameBytes
+                ? sendSome(nfd, sendHdr + sendOff, wire::kFrameBytes - sendOff)
+                : sendSome(nfd, data + (sendOff - wire::kFrameBytes), frameBytes - sendOff);
         if (!r.isOk()) return fail(closed(nextR, r.status()), nfd, false, nextR);
         if (r.value() == 0) break;
         sendOff += r.value();
@@ -477,10 +483,10 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     // Receive the chunk of recvStep.
     while (recvStep < steps) {
       char* data = chunk(rank - recvStep - 1);
-      Result<size_t> r = recvOff < wire::kFrameBytes
-                             ? recvSome(pfd, recvHdr + recvOff, wire::kFrameBytes - recvOff)
-                             : recvSome(pfd, data + (recvOff - wire::kFrameBytes),
-                                        frameBytes - recvOff);
+      Result<size_t> r =
+          recvOff < wire::kFrameBytes
+              ? recvSome(pfd, recvHdr + recvOff, wire::kFrameBytes - recvOff)
+              : recvSome(pfd, data + (recvOff - wire::kFrameBytes), frameBytes - recvOff);
       if (!r.isOk()) return fail(closed(prevR, r.status()), nfd, sendOff == 0, prevR);
       if (r.value() == 0) break;
       progressed = true;
@@ -492,9 +498,10 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
         uint32_t kind = h.u32();
         uint64_t len = h.u64();
         if (magic != wire::kFrameMagic)
-          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {} (magic 0x{:08x})",
-                                 rank, prevR, magic),
-                      nfd, sendOff == 0, prevR);
+          return fail(
+              LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {} (magic 0x{:08x})", rank,
+                         prevR, magic),
+              nfd, sendOff == 0, prevR);
         if (kind == wire::kFrameError)
           return fail(errorFrame(pfd, recvHdr, prevR), nfd, sendOff == 0, -1);
         if (len != bytes)
@@ -547,8 +554,8 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
 Bootstrap::Bootstrap(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Bootstrap::~Bootstrap() = default;
 
-Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueIdInfo& id, int rank,
-                                                      int nranks, const std::string& blob,
+Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueIdInfo& id, int rank, int nranks,
+                                                      const std::string& blob,
                                                       const Deadline& deadline,
                                                       const std::atomic<bool>* abort) {
   if (nranks < 1 || nranks > wire::kMaxRanks)

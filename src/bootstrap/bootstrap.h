@@ -63,7 +63,8 @@ class Bootstrap {
   // Rendezvous through the root named by id. `blob` is this rank's info; afterwards blob(r) is
   // rank r's. Blocks until every rank has checked in, the deadline, or *abort.
   static Result<std::unique_ptr<Bootstrap>> connect(const UniqueIdInfo& id, int rank, int nranks,
-                                                    const std::string& blob, const Deadline& deadline,
+                                                    const std::string& blob,
+                                                    const Deadline& deadline,
                                                     const std::atomic<bool>* abort);
 
   // A bootstrap among a subset of an existing communicator's ranks (CommSplit): the caller has

@@ -191,12 +191,12 @@ Result<EnvLaunch> launchFromEnv() {
     out.id.root = a.value();
     rootText = fmt::format("{}:{}", host.value(), port);
   } else {
-    return LOOM_ERROR(kInvalidArgument,
-                      "{} gives rank and size but not the root's address: set "
-                      "LOOM_COMM_ID=host:port (rank 0's host and a free port){}",
-                      out.source,
-                      out.source == std::string(kTorchrun.source) ? ", or MASTER_ADDR and MASTER_PORT"
-                                                                  : "");
+    return LOOM_ERROR(
+        kInvalidArgument,
+        "{} gives rank and size but not the root's address: set "
+        "LOOM_COMM_ID=host:port (rank 0's host and a free port){}",
+        out.source,
+        out.source == std::string(kTorchrun.source) ? ", or MASTER_ADDR and MASTER_PORT" : "");
   }
 
   if (params::kCommSecret.isSet() && !params::kCommSecret.str().empty()) {
@@ -204,8 +204,7 @@ Result<EnvLaunch> launchFromEnv() {
   } else {
     // Not a security boundary (anyone who sees the job's environment can derive it); it keeps
     // ranks of other jobs and earlier attempts out of this rendezvous.
-    out.id.secret =
-        wire::hash64(fmt::format("loom|{}|{}|{}", rootText, out.nranks, jobId()));
+    out.id.secret = wire::hash64(fmt::format("loom|{}|{}|{}", rootText, out.nranks, jobId()));
   }
   if (out.id.secret == 0) out.id.secret = 1;
   LOOM_INFO(kSubBootstrap, "{}: rank {} of {} (local rank {}), root {}", out.source, out.rank,

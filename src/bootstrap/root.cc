@@ -56,15 +56,15 @@ class Root {
     Fd fd;
     SockAddr peer;
     int64_t startNs = 0;
-    std::string in;                // bytes received so far
+    std::string in;  // bytes received so far
     size_t want = wire::kHelloBytes;
     bool headerDone = false;
-    int rank = -1;                 // set when the hello passed the header checks
+    int rank = -1;  // set when the hello passed the header checks
     int nranks = 0;
     SockAddr listener;
     bool checkedIn = false;
     bool dead = false;
-    size_t sent = 0;               // bytes of the reply sent
+    size_t sent = 0;  // bytes of the reply sent
   };
 
   void acceptAll();
@@ -187,7 +187,8 @@ void Root::sendError(Conn& c, Code code, const std::string& text) {
 
 void Root::drop(Conn& c, const std::string& why, bool tellPeer) {
   LOOM_WARN("bootstrap root {}: dropped connection from {}: {}", name_, c.peer.toString(), why);
-  if (tellPeer) sendError(c, Code::kInvalidArgument, "bootstrap root " + name_ + " rejected: " + why);
+  if (tellPeer)
+    sendError(c, Code::kInvalidArgument, "bootstrap root " + name_ + " rejected: " + why);
   if (c.checkedIn && c.rank >= 0 && c.rank < nranks_ && byRank_[c.rank] == &c)
     byRank_[c.rank] = nullptr;
   c.checkedIn = false;
@@ -197,7 +198,8 @@ void Root::drop(Conn& c, const std::string& why, bool tellPeer) {
 
 void Root::checkIn(Conn& c) {
   if (nranks_ != 0 && c.nranks != nranks_) {
-    drop(c, fmt::format("rank {} says nranks {}, the first rank said {}", c.rank, c.nranks, nranks_),
+    drop(c,
+         fmt::format("rank {} says nranks {}, the first rank said {}", c.rank, c.nranks, nranks_),
          true);
     return;
   }
@@ -206,7 +208,8 @@ void Root::checkIn(Conn& c) {
     byRank_.assign(nranks_, nullptr);
   }
   if (Conn* other = byRank_[c.rank]) {
-    drop(c, fmt::format("rank {} already checked in from {}", c.rank, other->peer.toString()), true);
+    drop(c, fmt::format("rank {} already checked in from {}", c.rank, other->peer.toString()),
+         true);
     return;
   }
   c.checkedIn = true;
@@ -290,13 +293,13 @@ void Root::sendTables() {
         c->sent += r.value();
       }
     }
-    left.erase(std::remove_if(left.begin(), left.end(),
-                              [&](Conn* c) { return c->sent == msg.size(); }),
-               left.end());
+    left.erase(
+        std::remove_if(left.begin(), left.end(), [&](Conn* c) { return c->sent == msg.size(); }),
+        left.end());
     if (!left.empty() && deadline.expired()) {
       for (Conn* c : left)
-        LOOM_WARN("bootstrap root {}: timed out sending the table to rank {} at {}", name_,
-                  c->rank, c->peer.toString());
+        LOOM_WARN("bootstrap root {}: timed out sending the table to rank {} at {}", name_, c->rank,
+                  c->peer.toString());
       break;
     }
   }
@@ -312,10 +315,10 @@ void Root::failAll() {
     std::vector<int> missing;
     for (int r = 0; r < nranks_; ++r)
       if (!byRank_[r]) missing.push_back(r);
-    text = fmt::format("rendezvous at {} timed out after {} ms: {} of {} ranks checked in; "
-                       "missing ranks {}",
-                       name_, timeoutMs_, checkedIn(), nranks_,
-                       wire::formatRanks(missing.data(), missing.size()));
+    text = fmt::format(
+        "rendezvous at {} timed out after {} ms: {} of {} ranks checked in; "
+        "missing ranks {}",
+        name_, timeoutMs_, checkedIn(), nranks_, wire::formatRanks(missing.data(), missing.size()));
   }
   LOOM_WARN("bootstrap root: {}", text);
   for (Conn* c : byRank_)

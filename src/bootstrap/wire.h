@@ -20,9 +20,9 @@ constexpr uint32_t kRingMagic = 0x4c424731;   // "LBG1": rank -> successor (ring
 constexpr uint32_t kAckMagic = 0x4c424131;    // "LBA1": successor -> rank (ring handshake reply)
 constexpr uint32_t kFrameMagic = 0x4c424631;  // "LBF1": allGather frames on the ring
 
-constexpr size_t kMaxBlob = 1u << 20;     // a hello's blob is at most 1 MiB
-constexpr int kMaxRanks = 1 << 20;        // nranks above this is garbage
-constexpr size_t kMaxErrorText = 4096;    // error frames carry at most this much text
+constexpr size_t kMaxBlob = 1u << 20;   // a hello's blob is at most 1 MiB
+constexpr int kMaxRanks = 1 << 20;      // nranks above this is garbage
+constexpr size_t kMaxErrorText = 4096;  // error frames carry at most this much text
 
 // A socket address on the wire: u16 family (4 or 6), u16 port, 16 address bytes, u32 scope id.
 constexpr size_t kAddrBytes = 24;

@@ -9,13 +9,29 @@ using Vars = std::map<std::string, std::optional<std::string>>;
 // Every variable launchFromEnv looks at, unset: each test starts from a clean environment.
 Vars clean() {
   Vars v;
-  for (const char* k :
-       {"LOOM_COMM_ID", "LOOM_COMM_SECRET", "LOOM_BOOTSTRAP_PORT_OFFSET", "MASTER_ADDR",
-        "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_RESTART_COUNT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS",
-        "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NODELIST",
-        "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST"})
+  for (const char* k : {"LOOM_COMM_ID",
+                        "LOOM_COMM_SECRET",
+                        "LOOM_BOOTSTRAP_PORT_OFFSET",
+                        "MASTER_ADDR",
+                        "MASTER_PORT",
+                        "RANK",
+                        "WORLD_SIZE",
+                        "LOCAL_RANK",
+                        "TORCHELASTIC_RUN_ID",
+                        "TORCHELASTIC_RESTART_COUNT",
+                        "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE",
+                        "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "OMPI_MCA_ess_base_jobid",
+                        "SLURM_PROCID",
+                        "SLURM_NTASKS",
+                        "SLURM_NPROCS",
+                        "SLURM_LOCALID",
+                        "SLURM_JOB_ID",
+                        "SLURM_STEP_ID",
+                        "SLURM_NODELIST",
+                        "SLURM_JOB_NODELIST",
+                        "SLURM_STEP_NODELIST"})
     v[k] = std::nullopt;
   return v;
 }
@@ -55,8 +71,8 @@ TEST(EnvLaunch, Torchrun) {
 }
 
 TEST(EnvLaunch, TorchrunPortOffsetAndCommId) {
-  Vars base = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"RANK", "0"},
-               {"WORLD_SIZE", "2"}};
+  Vars base = {
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}};
   auto r = launch(with(base, {{"LOOM_BOOTSTRAP_PORT_OFFSET", "7"}}));
   ASSERT_TRUE(r.isOk()) << r.status().message();
   EXPECT_EQ(r.value().id.root.port(), 29507);
@@ -108,8 +124,9 @@ TEST(EnvLaunch, Slurm) {
   expectError(with(slurm, {{"SLURM_NODELIST", "a[1-2]b[3-4]"}}), "LOOM_COMM_ID");
   expectError({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}, "LOOM_COMM_ID");
   // The most specific launcher wins: torchrun under srun.
-  auto t = launch(with(slurm, {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                               {"MASTER_PORT", "1000"}}));
+  auto t = launch(with(
+      slurm,
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1000"}}));
   ASSERT_TRUE(t.isOk()) << t.status().message();
   EXPECT_EQ(t.value().source, "torchrun");
   EXPECT_EQ(t.value().rank, 0);
@@ -118,8 +135,8 @@ TEST(EnvLaunch, Slurm) {
 TEST(EnvLaunch, MissingOrMalformed) {
   expectError({}, "LOOM_COMM_ID");
   expectError({{"LOOM_COMM_ID", "127.0.0.1:5000"}}, "RANK");
-  Vars torch = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"RANK", "0"},
-                {"WORLD_SIZE", "4"}};
+  Vars torch = {
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"RANK", "0"}, {"WORLD_SIZE", "4"}};
   expectError(with(torch, {{"RANK", "abc"}}), "RANK");
   expectError(with(torch, {{"RANK", "4"}}), "RANK");
   expectError(with(torch, {{"RANK", "-1"}}), "RANK");
@@ -182,10 +199,12 @@ TEST(EnvLaunch, CommIdRendezvous) {
         return;
       }
     }
-    auto b = Bootstrap::connect(env.value().id, r, n, testing::blobFor(r), Deadline(20000),
-                                nullptr);
-    if (b.isOk()) boots[r] = std::move(b).value();
-    else st[r] = b.status();
+    auto b =
+        Bootstrap::connect(env.value().id, r, n, testing::blobFor(r), Deadline(20000), nullptr);
+    if (b.isOk())
+      boots[r] = std::move(b).value();
+    else
+      st[r] = b.status();
   });
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(boots[r]) << "rank " << r << ": " << st[r].message();

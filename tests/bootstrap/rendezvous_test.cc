@@ -45,8 +45,8 @@ void checkCollectives(std::vector<std::unique_ptr<Bootstrap>>& boots) {
         for (size_t i = 0; i < bytes; ++i)
           if (all[p * bytes + i] != pattern(round, p, i)) {
             std::lock_guard<std::mutex> lk(mu);
-            failures.push_back(fmt::format("rank {} round {}: wrong byte {} of rank {}", r, round,
-                                           i, p));
+            failures.push_back(
+                fmt::format("rank {} round {}: wrong byte {} of rank {}", r, round, i, p));
             return;
           }
       st = b.barrier(Deadline(20000));
@@ -111,8 +111,8 @@ TEST(Bootstrap, RejectsBadArguments) {
     ASSERT_FALSE(b.isOk());
     EXPECT_EQ(b.status().code(), Code::kInvalidArgument) << b.status().message();
   }
-  auto big = Bootstrap::connect(id, 0, 1, std::string(wire::kMaxBlob + 1, 'x'), Deadline(1000),
-                                nullptr);
+  auto big =
+      Bootstrap::connect(id, 0, 1, std::string(wire::kMaxBlob + 1, 'x'), Deadline(1000), nullptr);
   EXPECT_EQ(big.status().code(), Code::kInvalidArgument);
 }
 
@@ -161,8 +161,10 @@ TEST(Bootstrap, RootDropsStrangers) {
   ranks.statuses.resize(n);
   std::thread rank0([&] {
     auto b = Bootstrap::connect(id, 0, n, blobFor(0), Deadline(20000), nullptr);
-    if (b.isOk()) ranks.boots[0] = std::move(b).value();
-    else ranks.statuses[0] = b.status();
+    if (b.isOk())
+      ranks.boots[0] = std::move(b).value();
+    else
+      ranks.statuses[0] = b.status();
   });
   // Rank 0's hello reaches the root long before this (it needs no other rank); the duplicate
   // must come second or it would legitimately be rank 0.
@@ -182,8 +184,10 @@ TEST(Bootstrap, RootDropsStrangers) {
   runThreads(n - 1, [&](int i) {
     int r = i + 1;
     auto b = Bootstrap::connect(id, r, n, blobFor(r), Deadline(20000), nullptr);
-    if (b.isOk()) ranks.boots[r] = std::move(b).value();
-    else ranks.statuses[r] = b.status();
+    if (b.isOk())
+      ranks.boots[r] = std::move(b).value();
+    else
+      ranks.statuses[r] = b.status();
   });
   rank0.join();
   for (auto& t : strangers) t.join();
@@ -225,9 +229,8 @@ TEST(Bootstrap, RingListenerDropsStrangers) {
     w.i32(n);
     return out;
   };
-  for (const std::string& msg :
-       {std::string(28, 'x'), hs(secret + 1, 0, 1), hs(secret, 2, 1), std::string(),
-        hs(secret, 0, 1).substr(0, 10)}) {
+  for (const std::string& msg : {std::string(28, 'x'), hs(secret + 1, 0, 1), hs(secret, 2, 1),
+                                 std::string(), hs(secret, 0, 1).substr(0, 10)}) {
     Fd f = rawConnect(target);
     if (!msg.empty()) {
       ASSERT_TRUE(sendAll(f.get(), msg.data(), msg.size(), Deadline(5000)).isOk());
@@ -240,6 +243,32 @@ TEST(Bootstrap, RingListenerDropsStrangers) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(boots[r]->blob(2), blobFor(2));
   // The impostors got nothing back (no ack reveals the secret) and were closed.
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(testing::drain(held[i].get()), "") << i;
+  checkCollectives(boots);
+}
+
+// A silent connection to a ring listener is closed at the handshake deadline (min(LOOM_TIMEOUT,
+// 10 s)) while the rank keeps waiting for its real predecessor.
+TEST(Bootstrap, RingListenerClosesSilentStranger) {
+  EnvScope env(testing::EnvVars{{"LOOM_TIMEOUT", "1"}});
+  const uint64_t secret = 77;
+  SockAddr lo = loopback();
+  std::vector<std::unique_ptr<Bootstrap>> boots(2);
+  std::vector<Bootstrap::Member> members(2);
+  for (int r = 0; r < 2; ++r) {
+    auto b = Bootstrap::prepare(secret, &lo);
+    ASSERT_TRUE(b.isOk()) << b.status().message();
+    boots[r] = std::move(b).value();
+    members[r].listener = boots[r]->listenAddress();
+  }
+  Fd silent = rawConnect(members[1].listener);
+  Status st1;
+  std::thread rank1([&] { st1 = boots[1]->joinRing(1, members, Deadline(20000), nullptr); });
+  // Rank 1 drops the stranger after 1 s; only then does its predecessor arrive.
+  EXPECT_EQ(testing::drain(silent.get()), "");
+  Status st0 = boots[0]->joinRing(0, members, Deadline(20000), nullptr);
+  rank1.join();
+  ASSERT_TRUE(st0.isOk()) << st0.message();
+  ASSERT_TRUE(st1.isOk()) << st1.message();
   checkCollectives(boots);
 }
 

@@ -67,8 +67,10 @@ inline Ranks connectAll(const UniqueIdInfo& id, int n, int64_t timeoutMs = 20000
   runThreads(static_cast<int>(ranks.size()), [&](int i) {
     int r = ranks[i];
     auto b = Bootstrap::connect(id, r, n, blobFor(r), Deadline(timeoutMs), nullptr);
-    if (b.isOk()) out.boots[r] = std::move(b).value();
-    else out.statuses[r] = b.status();
+    if (b.isOk())
+      out.boots[r] = std::move(b).value();
+    else
+      out.statuses[r] = b.status();
   });
   return out;
 }
@@ -125,15 +127,19 @@ class EnvScope {
       const char* old = std::getenv(k.c_str());
       saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
     }
-    if (v) setenv(k.c_str(), v->c_str(), 1);
-    else unsetenv(k.c_str());
+    if (v)
+      setenv(k.c_str(), v->c_str(), 1);
+    else
+      unsetenv(k.c_str());
   }
   EnvScope(const EnvScope&) = delete;
   EnvScope& operator=(const EnvScope&) = delete;
   ~EnvScope() {
     for (const auto& [k, v] : saved_) {
-      if (v) setenv(k.c_str(), v->c_str(), 1);
-      else unsetenv(k.c_str());
+      if (v)
+        setenv(k.c_str(), v->c_str(), 1);
+      else
+        unsetenv(k.c_str());
     }
     reloadParams();
   }

@@ -178,7 +178,7 @@ TEST_P(SocketTransportTest, TruncatedReceiveFailsWithoutOverflow) {
     Req s, r;
     ASSERT_TRUE(irecv(dst.data(), cap, 4, &r).isOk());
     ASSERT_TRUE(isend(src.data(), sent, 4, &s).isOk());
-    ASSERT_TRUE(drive(t_.get(), {&r}));
+    ASSERT_TRUE(drive(t_.get(), {&r}, testing_util::kTestDeadlineMs, {&s}));
     ASSERT_FALSE(r.status.isOk()) << "truncation not reported";
     EXPECT_NE(r.status.message().find("message truncated"), std::string::npos) << r.status.message();
     EXPECT_NE(r.status.message().find(std::to_string(sent)), std::string::npos) << r.status.message();
@@ -196,7 +196,7 @@ TEST_P(SocketTransportTest, TagMismatch) {
   Req s, r;
   ASSERT_TRUE(irecv(dst.data(), dst.size(), 5, &r).isOk());
   ASSERT_TRUE(isend(src.data(), src.size(), 6, &s).isOk());
-  ASSERT_TRUE(drive(t_.get(), {&r}));
+  ASSERT_TRUE(drive(t_.get(), {&r}, testing_util::kTestDeadlineMs, {&s}));
   ASSERT_FALSE(r.status.isOk());
   EXPECT_NE(r.status.message().find("tag mismatch"), std::string::npos) << r.status.message();
   EXPECT_NE(r.status.message().find("127.0.0.1"), std::string::npos) << r.status.message();
@@ -211,7 +211,7 @@ TEST_P(SocketTransportTest, GroupedTagMismatch) {
   ASSERT_TRUE(t_->irecv(p_.recv, 2, bufs, caps, tags, nullptr, &r.handle).isOk());
   ASSERT_TRUE(isend(a.data(), 10, 1, &s1).isOk());
   ASSERT_TRUE(isend(a.data(), 10, 1, &s2).isOk());  // tag 1 again: no buffer left for it
-  ASSERT_TRUE(drive(t_.get(), {&r}));
+  ASSERT_TRUE(drive(t_.get(), {&r}, testing_util::kTestDeadlineMs, {&s1, &s2}));
   ASSERT_FALSE(r.status.isOk());
   EXPECT_NE(r.status.message().find("tag mismatch"), std::string::npos) << r.status.message();
 }

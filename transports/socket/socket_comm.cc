@@ -90,14 +90,17 @@ Status SocketComm::startHelpers(int nthreads) {
     Helper* raw = h.get();
     raw->thread = std::thread([this, raw] { helperLoop(raw); });
   }
+  helpersActive_ = true;
   return Status();
 }
 
 void SocketComm::stopHelpers() {
+  if (!helpersActive_) return;
   stop_.store(true, std::memory_order_seq_cst);
   for (auto& h : helpers_) signalEventFd(h->wake.get());
   for (auto& h : helpers_)
     if (h->thread.joinable()) h->thread.join();
+  helpersActive_ = false;  // the sockets now belong to the poster, which progresses them in test()
 }
 
 void SocketComm::wakeHelpers(int except) {
@@ -120,18 +123,21 @@ void SocketComm::endWait() {
 
 void SocketComm::helperLoop(Helper* h) {
   std::vector<pollfd> fds;
-  while (!stop_.load(std::memory_order_acquire) && !failed_.load(std::memory_order_acquire)) {
+  while (!stop_.load(std::memory_order_acquire)) {
     size_t moved = 0;
     bool advanced = false;
     for (int i : h->socks) {
-      uint64_t before = socks_[i].frame;
+      Sock& s = socks_[i];
+      if (s.dead) continue;
+      uint64_t before = s.frame;
       auto r = step(i, kStepBudget);
       if (!r.isOk()) {
-        fail(r.status());
-        return;
+        s.dead = true;
+        fail(r.status(), s.frame);
+        continue;
       }
       moved += r.value();
-      advanced |= socks_[i].frame != before;
+      advanced |= s.frame != before;
     }
     if (moved > 0 || advanced) continue;
     // Announce the sleep before looking for work: a poster that publishes after our look sees
@@ -143,8 +149,7 @@ void SocketComm::helperLoop(Helper* h) {
       short ev = wantEvents(i);
       if (ev) fds.push_back({socks_[i].fd.get(), ev, 0});
     }
-    if (!stop_.load(std::memory_order_seq_cst) && !failed_.load(std::memory_order_seq_cst))
-      ::poll(fds.data(), fds.size(), kHelperPollMs);
+    if (!stop_.load(std::memory_order_seq_cst)) ::poll(fds.data(), fds.size(), kHelperPollMs);
     h->sleeping.store(false, std::memory_order_relaxed);
     if (fds[0].revents & POLLIN) drainEventFd(h->wake.get());
   }
@@ -258,7 +263,7 @@ void SocketComm::finishShare(Frame& f) {
 Result<size_t> SocketComm::stepSend(int i, size_t budget) {
   Sock& s = socks_[i];
   const uint64_t hdr = i == 0 ? sizeof(FrameHeader) : 0;
-  const uint64_t avail = posted_.load(std::memory_order_acquire);
+  const uint64_t avail = std::min(posted_.load(std::memory_order_acquire), failFrame());
   size_t moved = 0;
   while (s.frame < avail && moved < budget) {
     Frame& f = frame(s.frame);
@@ -291,7 +296,8 @@ Result<size_t> SocketComm::stepRecv(int i, size_t budget) {
   const uint64_t hdr = i == 0 ? sizeof(FrameHeader) : 0;
   size_t moved = 0;
   while (moved < budget) {
-    const uint64_t avail = (i == 0 ? posted_ : headers_).load(std::memory_order_acquire);
+    const uint64_t avail =
+        std::min((i == 0 ? posted_ : headers_).load(std::memory_order_acquire), failFrame());
     if (s.frame >= avail) break;
     Frame& f = frame(s.frame);
     if (s.off < hdr) {
@@ -364,17 +370,22 @@ Status SocketComm::acceptHeader(uint64_t n) {
 
 short SocketComm::wantEvents(int i) const {
   const Sock& s = socks_[i];
+  if (s.dead || s.frame >= failFrame_.load(std::memory_order_seq_cst)) return 0;
   if (role_ == Role::kSend) return s.frame < posted_.load(std::memory_order_seq_cst) ? POLLOUT : 0;
   const auto& avail = i == 0 ? posted_ : headers_;
   return s.frame < avail.load(std::memory_order_seq_cst) ? POLLIN : 0;
 }
 
-Status SocketComm::progressAll() {
+void SocketComm::progressAll() {
   for (int i = 0; i < nsocks_; ++i) {
+    Sock& s = socks_[i];
+    if (s.dead) continue;
     auto r = step(i, kStepBudget);
-    if (!r.isOk()) return r.status();
+    if (!r.isOk()) {
+      s.dead = true;
+      fail(r.status(), s.frame);
+    }
   }
-  return Status();
 }
 
 void SocketComm::advanceCompleted(std::memory_order order) {
@@ -383,10 +394,7 @@ void SocketComm::advanceCompleted(std::memory_order order) {
 
 Status SocketComm::test(SocketRequest* req, int* done, size_t* sizes) {
   *done = 0;
-  if (helpers_.empty() && !failed_.load(std::memory_order_relaxed)) {
-    Status st = progressAll();
-    if (!st.isOk()) fail(st);
-  }
+  if (!helpersActive_) progressAll();
   advanceCompleted();
   if (req->firstFrame + req->n <= completed_) {
     *done = 1;
@@ -395,9 +403,9 @@ Status SocketComm::test(SocketRequest* req, int* done, size_t* sizes) {
     freeRequest(req);
     return Status();
   }
-  if (failed_.load(std::memory_order_acquire)) {
+  if (breaks(req)) {
     // Helpers may still be writing into this request's buffers: stop them before the caller
-    // reclaims the memory.
+    // reclaims the memory. Earlier requests then progress in test().
     stopHelpers();
     freeRequest(req);
     return failure();
@@ -406,15 +414,15 @@ Status SocketComm::test(SocketRequest* req, int* done, size_t* sizes) {
 }
 
 bool SocketComm::addWaitFds(const SocketRequest* req, std::vector<pollfd>* fds) {
-  if (!helpers_.empty()) {
+  if (helpersActive_) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // after beginWait; see notifyWaiter
     advanceCompleted(std::memory_order_seq_cst);
-    if (req->firstFrame + req->n <= completed_ || failed_.load(std::memory_order_seq_cst)) return false;
+    if (req->firstFrame + req->n <= completed_ || breaks(req)) return false;
     fds->push_back({notify_.get(), POLLIN, 0});
     return true;
   }
   advanceCompleted();
-  if (req->firstFrame + req->n <= completed_ || failed_.load(std::memory_order_relaxed)) return false;
+  if (req->firstFrame + req->n <= completed_ || breaks(req)) return false;
   for (int i = 0; i < nsocks_; ++i) {
     short ev = wantEvents(i);
     if (ev) fds->push_back({socks_[i].fd.get(), ev, 0});
@@ -430,13 +438,16 @@ Status SocketComm::ioError(const Status& st, int i, const char* what) const {
                                        st.message(), what, peer_, i, nsocks_));
 }
 
-void SocketComm::fail(const Status& st) {
+void SocketComm::fail(const Status& st, uint64_t frame) {
+  bool first;
   {
     std::lock_guard<std::mutex> lk(failMu_);
-    if (!failure_.isOk()) return;
+    first = failure_.isOk();
+    if (!first && frame >= failFrame_.load(std::memory_order_relaxed)) return;
     failure_ = st;
+    failFrame_.store(frame, std::memory_order_seq_cst);
   }
-  LOOM_WARN("{}", st.message());
+  if (first) LOOM_WARN("{}", st.message());
   failed_.store(true, std::memory_order_seq_cst);
   for (auto& h : helpers_) signalEventFd(h->wake.get());
   if (!helpers_.empty()) notifyWaiter();

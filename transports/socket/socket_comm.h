@@ -90,6 +90,7 @@ class SocketComm {
     // Copy of frame, released by the owner: frames below it are no longer read by this socket, so
     // the poster may reuse their ring slots.
     std::atomic<uint64_t> passed{0};
+    bool dead = false;  // an I/O error stopped this socket (owner only)
     unsigned char header[sizeof(FrameHeader)] = {};  // receive side, socket 0
   };
   struct Helper {
@@ -124,12 +125,20 @@ class SocketComm {
   void finishShare(Frame& f);
   // Events socket i (owner only) waits for: POLLIN, POLLOUT or 0 (no work).
   short wantEvents(int i) const;
-  Status progressAll();
+  // Steps every live socket (caller-driven progress); failures are recorded with fail().
+  void progressAll();
+  // Frames below this one may still complete; the rest fail (see fail()).
+  uint64_t failFrame() const { return failFrame_.load(std::memory_order_acquire); }
+  bool breaks(const SocketRequest* req) const {
+    return failed_.load(std::memory_order_acquire) && req->firstFrame + req->n > failFrame();
+  }
   void advanceCompleted(std::memory_order order = std::memory_order_acquire);
 
   Status ioError(const Status& st, int i, const char* what) const;
-  // Records the first failure; later operations return it.
-  void fail(const Status& st);
+  // Records that the stream broke at frame `frame` (the frame the failing socket was working on):
+  // requests with a frame at or past the lowest such frame fail with its status, earlier ones may
+  // still complete from the sockets that are alive, and new posts fail.
+  void fail(const Status& st, uint64_t frame);
   Status failure() const;
 
   Role role_;
@@ -148,11 +157,13 @@ class SocketComm {
   std::atomic<uint64_t> headers_{0};  // receive side: frames whose header is known
 
   std::vector<std::unique_ptr<Helper>> helpers_;
+  bool helpersActive_ = false;  // poster only: helpers move the bytes (else the poster does)
   std::atomic<bool> stop_{false};
   std::atomic<int> waiters_{0};
   Fd notify_;  // eventfd written by helpers when a frame completes while the poster waits
 
   std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> failFrame_{UINT64_MAX};
   mutable std::mutex failMu_;
   Status failure_;
 };
