@@ -23,6 +23,7 @@ struct Bootstrap::Impl {
   std::vector<SockAddr> listeners;
   SockAddr listenAddr;
   bool joined = false;
+  bool prevLeft = false, nextLeft = false;  // neighbours that said goodbye (orderly destroy)
 
   std::mutex mu;  // guards the fds below against abort()'s shutdown() from another thread
   Fd listener, next, prev;
@@ -504,6 +505,12 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
               nfd, sendOff == 0, prevR);
         if (kind == wire::kFrameError)
           return fail(errorFrame(pfd, recvHdr, prevR), nfd, sendOff == 0, -1);
+        if (kind == wire::kFrameBye)
+          return fail(LOOM_ERROR(kInvalidUsage,
+                                 "bootstrap rank {}: rank {} destroyed the communicator during a "
+                                 "collective bootstrap call (split)",
+                                 rank, prevR),
+                      nfd, sendOff == 0, prevR);
         if (len != bytes)
           return fail(LOOM_ERROR(kInvalidUsage,
                                  "bootstrap rank {}: rank {} sent {} bytes per rank, this rank "
@@ -552,7 +559,20 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
 }
 
 Bootstrap::Bootstrap(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Bootstrap::~Bootstrap() = default;
+Bootstrap::~Bootstrap() {
+  // An orderly goodbye, so that neighbours still finishing their last operation do not take the
+  // closed sockets for this rank's death. Not after a failure or an abort: those must be seen.
+  Impl& s = *impl_;
+  if (!s.joined || s.nranks == 1 || !s.broken.isOk() || s.isAborted()) return;
+  std::string frame;
+  wire::Writer w(&frame);
+  w.u32(wire::kFrameMagic);
+  w.u32(wire::kFrameBye);
+  w.u64(0);
+  Deadline brief(200);
+  for (Fd* fd : {&s.prev, &s.next})
+    if (fd->valid()) (void)s.sendFully(fd->get(), frame.data(), frame.size(), brief);
+}
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueIdInfo& id, int rank, int nranks,
                                                       const std::string& blob,
@@ -646,6 +666,54 @@ Status Bootstrap::barrier(const Deadline& deadline) {
   char mine = 0;
   std::vector<char> all(impl_->nranks > 0 ? impl_->nranks : 1);
   return impl_->allGather(&mine, 1, all.data(), deadline);
+}
+
+void Bootstrap::reportFailure(const Status& st) {
+  Impl& s = *impl_;
+  if (!s.joined || s.nranks == 1 || !s.broken.isOk()) return;
+  (void)s.fail(st, s.next.get(), true, -1);
+}
+
+Status Bootstrap::pollFailure() {
+  Impl& s = *impl_;
+  if (!s.joined || s.nranks == 1) return Status();
+  if (!s.broken.isOk()) return s.broken;
+  const int peers[2] = {s.prevRank(), s.nextRank()};
+  const int fds[2] = {s.prev.get(), s.next.get()};
+  bool* left[2] = {&s.prevLeft, &s.nextLeft};
+  for (int k = 0; k < 2; ++k) {
+    if (fds[k] < 0 || *left[k]) continue;
+    uint8_t hdr[wire::kFrameBytes];
+    ssize_t n = ::recv(fds[k], hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n == 0 || n < 0) {
+      return s.fail(LOOM_ERROR(kRemote, "rank {} closed its bootstrap connection (it failed or was killed)",
+                               peers[k]),
+                    s.next.get(), true, peers[k]);
+    }
+    if (static_cast<size_t>(n) < sizeof(hdr)) continue;  // the rest of the header is on its way
+    wire::Reader h(hdr, sizeof(hdr));
+    uint32_t magic = h.u32(), kind = h.u32();
+    uint64_t len = h.u64();
+    if (magic == wire::kFrameMagic && kind == wire::kFrameBye) {
+      (void)::recv(fds[k], hdr, sizeof(hdr), MSG_DONTWAIT);
+      *left[k] = true;
+      LOOM_INFO(kSubBootstrap, "bootstrap rank {}: rank {} left the communicator", s.rank, peers[k]);
+      continue;
+    }
+    // Data from the predecessor may arrive early (it entered the next bootstrap allGather
+    // first): leave it for that call. Only error frames are failures.
+    if (magic != wire::kFrameMagic || kind != wire::kFrameError) continue;
+    if (len < 4 || len > wire::kMaxErrorText) continue;
+    std::string frame(sizeof(hdr) + len, '\0');
+    if (!s.recvFully(fds[k], &frame[0], frame.size(), Deadline(2000)).isOk()) continue;
+    wire::Reader b(frame.data() + sizeof(hdr), len);
+    Code code = static_cast<Code>(b.u32());
+    if (code != Code::kTimeout && code != Code::kAborted) code = Code::kRemote;
+    std::string text = frame.substr(sizeof(hdr) + 4);
+    return s.fail(Status(code, text), s.next.get(), true, -1);
+  }
+  return Status();
 }
 
 void Bootstrap::abort() {

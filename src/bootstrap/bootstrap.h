@@ -99,6 +99,14 @@ class Bootstrap {
   // Wakes any blocked call (it returns kAborted) and closes the sockets. Thread safe.
   void abort();
 
+  // Failure propagation between collectives: reportFailure tells both ring neighbours that this
+  // rank failed, with st's message, and breaks the bootstrap; pollFailure (never blocks) returns
+  // the failure a neighbour reported, or its death, and passes it on around the ring. So a failure
+  // seen by one rank reaches every rank, even ranks that share no data connection with it, within
+  // a few milliseconds per hop. Both are called by the thread that drives the communicator.
+  void reportFailure(const Status& st);
+  Status pollFailure();
+
   struct Impl;
 
  private:

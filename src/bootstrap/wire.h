@@ -42,6 +42,9 @@ constexpr size_t kRingBytes = 4 + 4 + 8 + 4 + 4 + 4;
 constexpr size_t kFrameBytes = 4 + 4 + 8;
 constexpr uint32_t kFrameData = 1;
 constexpr uint32_t kFrameError = 2;
+// Sent to both ring neighbours by a rank that destroys its communicator in an orderly way, so that
+// its closed sockets are not taken for a failure. Payload: none.
+constexpr uint32_t kFrameBye = 3;
 
 // Appends fixed-width little-endian fields to a string.
 class Writer {

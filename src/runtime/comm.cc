@@ -192,7 +192,7 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
     nc->rank_ = 0;
     nc->nranks_ = 1;
     LOOM_TRY(nc->initNet(config));
-    LOOM_ASSIGN(nb, Bootstrap::prepare(newSecret));
+    LOOM_ASSIGN(nb, Bootstrap::prepare(newSecret, &bootstrap_->listenAddress()));
     PeerInfo me = peers_[rank_];
     me.netHandle = nc->peers_[0].netHandle;
     std::string blob = me.serialize();
@@ -304,6 +304,7 @@ Result<void*> Comm::sendConn(int peer, int channel) {
 }
 
 Status Comm::acceptPending() {
+  if (!listenComm_) return LOOM_ERROR(kRemote, "the communicator's listener is closed (it failed)");
   while (true) {
     void* rc = nullptr;
     LOOM_TRY(net_->accept(listenComm_, &rc).withContext("accepting a connection"));
@@ -388,8 +389,24 @@ void Comm::fail(const Status& st) {
     if (error_.isOk()) error_ = st;
   }
   failed_.store(true, std::memory_order_release);
+  // Tell the other ranks first (over the bootstrap ring: it reaches ranks that share no data
+  // connection with this one), then close the data connections so that peers blocked on them
+  // fail at once.
+  if (bootstrap_ && st.code() != Code::kAborted)
+    bootstrap_->reportFailure(Status(st.code(), fmt::format("rank {} failed: {}", rank_, st.message())));
   closeConnections();
-  if (bootstrap_) bootstrap_->abort();
+  if (listenComm_ && net_) {
+    (void)net_->closeListen(listenComm_);
+    listenComm_ = nullptr;
+  }
+}
+
+Status Comm::pollRemoteFailure() {
+  if (!bootstrap_) return Status();
+  int64_t now = nowNs();
+  if (now - lastFailurePoll_ < 10 * 1000000) return Status();
+  lastFailurePoll_ = now;
+  return bootstrap_->pollFailure();
 }
 
 Status Comm::asyncError() const {

@@ -79,6 +79,9 @@ class Comm {
   // peers blocked on it fail promptly instead of waiting for their deadline.
   void fail(const Status& st);
   Status asyncError() const;
+  // A failure another rank reported (or a ring neighbour's death), checked at most every 10 ms
+  // (never blocks). The executor calls it while it waits.
+  Status pollRemoteFailure();
   bool aborted() const { return abort_.load(std::memory_order_acquire); }
   const std::atomic<bool>* abortFlag() const { return &abort_; }
   // Sets the abort flag and wakes blocked calls; safe from any thread.
@@ -129,6 +132,7 @@ class Comm {
   size_t scratchBytes_ = 0;
   int splitCount_ = 0;
   int localRanks_ = 1;
+  int64_t lastFailurePoll_ = 0;
   int spinCount_ = 0;
   void computeLocality();
 };

@@ -193,7 +193,14 @@ class Executor {
           if (!cr.finished) finishWithError(cr, timeoutError(cr, timeoutMs));
         break;
       }
-      if (++idle > spin) wait();
+      if (++idle > spin) {
+        for (auto& cr : commRuns_) {
+          if (cr.finished) continue;
+          Status remote = cr.comm->pollRemoteFailure();
+          if (!remote.isOk()) finishWithError(cr, remote);
+        }
+        wait();
+      }
     }
     for (auto& cr : commRuns_)
       if (!cr.error.isOk()) return cr.error;

@@ -112,8 +112,9 @@ void SocketComm::wakeHelpers(int except) {
 }
 
 void SocketComm::notifyWaiter() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with beginWait's fence
-  if (waiters_.load(std::memory_order_relaxed) > 0) signalEventFd(notify_.get());
+  // seq_cst, like the completion or failure that precedes it and like the poster's beginWait and
+  // recheck (addWaitFds): either the poster sees the completion or we see the waiter.
+  if (waiters_.load(std::memory_order_seq_cst) > 0) signalEventFd(notify_.get());
 }
 
 void SocketComm::endWait() {
@@ -257,7 +258,7 @@ Status SocketComm::irecv(int n, void** data, const size_t* sizes, const int* tag
 
 void SocketComm::finishShare(Frame& f) {
   // f may be reused as soon as pending reaches 0: touch nothing of it afterwards.
-  if (f.pending.fetch_sub(1, std::memory_order_acq_rel) == 1 && !helpers_.empty()) notifyWaiter();
+  if (f.pending.fetch_sub(1, std::memory_order_seq_cst) == 1 && !helpers_.empty()) notifyWaiter();
 }
 
 Result<size_t> SocketComm::stepSend(int i, size_t budget) {
@@ -415,9 +416,9 @@ Status SocketComm::test(SocketRequest* req, int* done, size_t* sizes) {
 
 bool SocketComm::addWaitFds(const SocketRequest* req, std::vector<pollfd>* fds) {
   if (helpersActive_) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // after beginWait; see notifyWaiter
-    advanceCompleted(std::memory_order_seq_cst);
-    if (req->firstFrame + req->n <= completed_ || breaks(req)) return false;
+    advanceCompleted(std::memory_order_seq_cst);  // after beginWait; see notifyWaiter
+    if (req->firstFrame + req->n <= completed_) return false;
+    if (failed_.load(std::memory_order_seq_cst) && req->firstFrame + req->n > failFrame()) return false;
     fds->push_back({notify_.get(), POLLIN, 0});
     return true;
   }
