@@ -44,7 +44,8 @@ int childMain(int fd, bool endless) {
     std::vector<unsigned char> buf(messageSize(m));
     fillPattern(buf.data(), buf.size(), m);
     Req s;
-    if (!t->isend(send, buf.data(), buf.size(), m, nullptr, &s.handle).isOk() || !s.handle) return 15;
+    if (!t->isend(send, buf.data(), buf.size(), m, nullptr, &s.handle).isOk() || !s.handle)
+      return 15;
     if (!drive(t.get(), {&s}) || !s.status.isOk()) return 16;
   }
   return t->closeSend(send).isOk() ? 0 : 17;
@@ -150,10 +151,13 @@ TEST_P(SocketForkTest, ChildKilledMidTransfer) {
     ASSERT_TRUE(drive(t_.get(), {&r}));
     ASSERT_TRUE(r.status.isOk()) << r.status.message();
   }
+  // Distinct buffers: helper threads may fill several at once.
   std::vector<Req> pending(4);
+  std::vector<std::vector<unsigned char>> bufs(4, std::vector<unsigned char>(cap));
   std::vector<Req*> all;
   for (int m = 3; m < 7; ++m) {
-    ASSERT_TRUE(t_->irecv(recv, 1, &d, &cap, &m, nullptr, &pending[m - 3].handle).isOk());
+    void* p = bufs[m - 3].data();
+    ASSERT_TRUE(t_->irecv(recv, 1, &p, &cap, &m, nullptr, &pending[m - 3].handle).isOk());
     all.push_back(&pending[m - 3]);
   }
   ASSERT_EQ(::kill(pid_, SIGKILL), 0);
@@ -169,10 +173,12 @@ TEST_P(SocketForkTest, ChildKilledMidTransfer) {
       if (!r->status.isOk()) last = r->status;
     if (!last.isOk()) break;
     // Everything buffered arrived: post more until the closed connection shows.
-    for (Req* r : all) {
+    for (size_t k = 0; k < all.size(); ++k) {
+      Req* r = all[k];
       *r = Req();
       int tag = nextTag++;
-      Status st = t_->irecv(recv, 1, &d, &cap, &tag, nullptr, &r->handle);
+      void* p = bufs[k].data();
+      Status st = t_->irecv(recv, 1, &p, &cap, &tag, nullptr, &r->handle);
       if (!st.isOk()) {
         last = st;
         break;

@@ -178,8 +178,7 @@ TEST(SocketSetup, TinySplitsLeaveSomeSocketsEmpty) {
   ASSERT_NE(t, nullptr);
   Pair p;
   ASSERT_TRUE(connectPair(t.get(), 0, &p).isOk());
-  for (size_t size : {1, 3, 64, 65, 129, 200, 1000, 0})
-    exchange(t.get(), p, size, size);
+  for (size_t size : {1, 3, 64, 65, 129, 200, 1000, 0}) exchange(t.get(), p, size, size);
   closePair(t.get(), &p);
 }
 
@@ -267,8 +266,12 @@ TEST(SocketSetup, StrangersDoNotDisturbRealConnections) {
   char junk[64];
   std::memset(junk, 'G', sizeof(junk));
   ASSERT_EQ(::send(garbage.get(), junk, sizeof(junk), MSG_NOSIGNAL), ssize_t(sizeof(junk)));
-  net::SocketHello h{net::kSocketHelloMagic, testing_util::handleSecret(handle) + 1, 42,
-                     net::kSocketWireVersion, 0, 1};
+  net::SocketHello h{net::kSocketHelloMagic,
+                     testing_util::handleSecret(handle) + 1,
+                     42,
+                     net::kSocketWireVersion,
+                     0,
+                     1};
   ASSERT_EQ(::send(wrongSecret.get(), &h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
   h.secret = testing_util::handleSecret(handle);
   ASSERT_EQ(::send(halfHello.get(), &h, 10, MSG_NOSIGNAL), 10);
@@ -325,8 +328,12 @@ TEST(SocketSetup, SilentStrangerDroppedAfterHandshakeDeadline) {
   Fd silent = rawConnect(handle);
   // A stranger with the right secret that announces 2 sockets and brings 1.
   Fd partial = rawConnect(handle);
-  net::SocketHello h{net::kSocketHelloMagic, testing_util::handleSecret(handle), 77,
-                     net::kSocketWireVersion, 0, 2};
+  net::SocketHello h{net::kSocketHelloMagic,
+                     testing_util::handleSecret(handle),
+                     77,
+                     net::kSocketWireVersion,
+                     0,
+                     2};
   ASSERT_EQ(::send(partial.get(), &h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
   Pair p;
   ::testing::internal::CaptureStderr();
@@ -397,8 +404,8 @@ void concurrentComms(int nthreads) {
       // First message: who we are; then a stream of mixed sizes.
       int id = k;
       Req r;
-      if (!t->isend(sends[k], &id, sizeof(id), 0, nullptr, &r.handle).isOk() || !drive(t.get(), {&r}) ||
-          !r.status.isOk()) {
+      if (!t->isend(sends[k], &id, sizeof(id), 0, nullptr, &r.handle).isOk() ||
+          !drive(t.get(), {&r}) || !r.status.isOk()) {
         failures.fetch_add(1);
         return;
       }

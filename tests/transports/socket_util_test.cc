@@ -1,10 +1,10 @@
 // Pure helpers of transports/socket/socket_util: interface-name grammar and address parsing.
+#include "transports/socket/socket_util.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
-
-#include "transports/socket/socket_util.h"
 
 namespace loom {
 namespace {
@@ -83,8 +83,7 @@ TEST(ParseSockAddr, HostName) {
 TEST(ParseSockAddr, BadInputs) {
   for (const char* bad :
        {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1",
-        "127.0.0.1:80x", "[::1]", "[::1]80", "[::1:80", "::1:80", "1.2.3.4:5:6",
-        "[]:80"}) {
+        "127.0.0.1:80x", "[::1]", "[::1]80", "[::1:80", "::1:80", "1.2.3.4:5:6", "[]:80"}) {
     auto r = parseSockAddr(bad);
     EXPECT_FALSE(r.isOk()) << "'" << bad << "' parsed as " << r.value().toString();
     if (!r.isOk()) {

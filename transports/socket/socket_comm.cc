@@ -69,7 +69,8 @@ Result<std::unique_ptr<SocketComm>> SocketComm::create(Role role, std::vector<Fd
     LOOM_TRY(setNonBlocking(fd.get()));
     setKeepAlive(fd.get());
   }
-  std::unique_ptr<SocketComm> comm(new SocketComm(role, std::move(socks), std::move(peer), options));
+  std::unique_ptr<SocketComm> comm(
+      new SocketComm(role, std::move(socks), std::move(peer), options));
   if (options.nthreads > 0) LOOM_TRY(comm->startHelpers(std::min(options.nthreads, comm->nsocks_)));
   return comm;
 }
@@ -107,7 +108,8 @@ void SocketComm::wakeHelpers(int except) {
   for (size_t t = 0; t < helpers_.size(); ++t) {
     if (static_cast<int>(t) == except) continue;
     // seq_cst pairs with the helper's sleeping store and its reload of posted_/headers_.
-    if (helpers_[t]->sleeping.load(std::memory_order_seq_cst)) signalEventFd(helpers_[t]->wake.get());
+    if (helpers_[t]->sleeping.load(std::memory_order_seq_cst))
+      signalEventFd(helpers_[t]->wake.get());
   }
 }
 
@@ -190,18 +192,20 @@ int SocketComm::sharers(const Frame& f) const {
 
 Status SocketComm::isend(const void* data, size_t size, int tag, void** request) {
   *request = nullptr;
-  if (role_ != Role::kSend) return LOOM_ERROR(kInvalidUsage, "socket transport: isend on a receive comm");
+  if (role_ != Role::kSend)
+    return LOOM_ERROR(kInvalidUsage, "socket transport: isend on a receive comm");
   if (failed_.load(std::memory_order_acquire)) return failure();
   if (size > 0 && data == nullptr)
-    return LOOM_ERROR(kInvalidArgument, "socket transport: isend of {} bytes from a null pointer to {}",
-                      size, peer_);
+    return LOOM_ERROR(kInvalidArgument,
+                      "socket transport: isend of {} bytes from a null pointer to {}", size, peer_);
   if (freeRequests_.empty() || !canPost(1)) return Status();
   SocketRequest* r = allocRequest();
   uint64_t n = nextFrame_;
   Frame& f = frame(n);
   f.data = static_cast<char*>(const_cast<void*>(data));
   f.size = size;
-  f.split = nsocks_ > 1 && size > 0 && static_cast<int64_t>(size) >= std::max<int64_t>(opt_.minSplit, 1);
+  f.split =
+      nsocks_ > 1 && size > 0 && static_cast<int64_t>(size) >= std::max<int64_t>(opt_.minSplit, 1);
   f.header = FrameHeader{kSocketFrameMagic, static_cast<uint32_t>(n), size, tag,
                          f.split ? kFrameSplit : 0u};
   f.req = r;
@@ -218,11 +222,12 @@ Status SocketComm::isend(const void* data, size_t size, int tag, void** request)
 
 Status SocketComm::irecv(int n, void** data, const size_t* sizes, const int* tags, void** request) {
   *request = nullptr;
-  if (role_ != Role::kRecv) return LOOM_ERROR(kInvalidUsage, "socket transport: irecv on a send comm");
+  if (role_ != Role::kRecv)
+    return LOOM_ERROR(kInvalidUsage, "socket transport: irecv on a send comm");
   if (failed_.load(std::memory_order_acquire)) return failure();
   if (n < 1 || n > kSocketMaxRecvs)
-    return LOOM_ERROR(kInvalidArgument, "socket transport: irecv of {} buffers from {} (1 to {})", n,
-                      peer_, kSocketMaxRecvs);
+    return LOOM_ERROR(kInvalidArgument, "socket transport: irecv of {} buffers from {} (1 to {})",
+                      n, peer_, kSocketMaxRecvs);
   if (data == nullptr || sizes == nullptr || tags == nullptr)
     return LOOM_ERROR(kInvalidArgument, "socket transport: irecv from {} with null arrays", peer_);
   for (int j = 0; j < n; ++j)
@@ -365,7 +370,7 @@ Status SocketComm::acceptHeader(uint64_t n) {
   f.split = (h.flags & kFrameSplit) != 0;
   f.pending.store(sharers(f), std::memory_order_relaxed);
   headers_.store(n + 1, std::memory_order_seq_cst);  // publishes f to the other sockets
-  if (helpers_.size() > 1) wakeHelpers(0);            // helper 0 owns socket 0: that is us
+  if (helpers_.size() > 1) wakeHelpers(0);           // helper 0 owns socket 0: that is us
   return Status();
 }
 
@@ -418,7 +423,8 @@ bool SocketComm::addWaitFds(const SocketRequest* req, std::vector<pollfd>* fds) 
   if (helpersActive_) {
     advanceCompleted(std::memory_order_seq_cst);  // after beginWait; see notifyWaiter
     if (req->firstFrame + req->n <= completed_) return false;
-    if (failed_.load(std::memory_order_seq_cst) && req->firstFrame + req->n > failFrame()) return false;
+    if (failed_.load(std::memory_order_seq_cst) && req->firstFrame + req->n > failFrame())
+      return false;
     fds->push_back({notify_.get(), POLLIN, 0});
     return true;
   }
@@ -433,10 +439,12 @@ bool SocketComm::addWaitFds(const SocketRequest* req, std::vector<pollfd>* fds) 
 
 Status SocketComm::ioError(const Status& st, int i, const char* what) const {
   if (st.code() == Code::kRemote)
-    return LOOM_ERROR(kRemote, "socket transport: connection closed by peer {} while {} (socket {} of {}: {})",
-                      peer_, what, i, nsocks_, st.message());
-  return Status(st.code(), fmt::format("socket transport: {} while {} with peer {} (socket {} of {})",
-                                       st.message(), what, peer_, i, nsocks_));
+    return LOOM_ERROR(
+        kRemote, "socket transport: connection closed by peer {} while {} (socket {} of {}: {})",
+        peer_, what, i, nsocks_, st.message());
+  return Status(st.code(),
+                fmt::format("socket transport: {} while {} with peer {} (socket {} of {})",
+                            st.message(), what, peer_, i, nsocks_));
 }
 
 void SocketComm::fail(const Status& st, uint64_t frame) {

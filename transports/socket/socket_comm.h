@@ -45,9 +45,9 @@ class SocketComm {
  public:
   enum class Role { kSend, kRecv };
   struct Options {
-    int nthreads = 0;         // helper threads (0: progress in the caller)
-    int maxInflight = 32;     // outstanding requests
-    int64_t minSplit = 65536; // send side: frames at least this large are split
+    int nthreads = 0;          // helper threads (0: progress in the caller)
+    int maxInflight = 32;      // outstanding requests
+    int64_t minSplit = 65536;  // send side: frames at least this large are split
   };
 
   // socks[0] is the control socket. peer names the remote end in every error message.
@@ -74,8 +74,8 @@ class SocketComm {
 
  private:
   struct Frame {
-    FrameHeader header{};       // send side: built by the poster
-    char* data = nullptr;       // send: source; receive: destination (set with the header)
+    FrameHeader header{};  // send side: built by the poster
+    char* data = nullptr;  // send: source; receive: destination (set with the header)
     uint64_t size = 0;
     bool split = false;
     SocketRequest* req = nullptr;
@@ -151,8 +151,8 @@ class SocketComm {
   std::vector<SocketRequest> requests_;
   std::vector<int> freeRequests_;
 
-  uint64_t nextFrame_ = 0;  // poster's copy of posted_
-  uint64_t completed_ = 0;  // poster only: frames below are complete
+  uint64_t nextFrame_ = 0;            // poster's copy of posted_
+  uint64_t completed_ = 0;            // poster only: frames below are complete
   std::atomic<uint64_t> posted_{0};   // frames published by the poster
   std::atomic<uint64_t> headers_{0};  // receive side: frames whose header is known
 

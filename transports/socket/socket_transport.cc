@@ -38,13 +38,13 @@ int familyParam() {
 }
 
 int nsocksParam() {
-  return static_cast<int>(
-      std::clamp<int64_t>(params::kSocketNsocks.asInt(), 1, kSocketMaxSocks));
+  return static_cast<int>(std::clamp<int64_t>(params::kSocketNsocks.asInt(), 1, kSocketMaxSocks));
 }
 
 SocketComm::Options commOptions() {
   SocketComm::Options o;
-  o.nthreads = static_cast<int>(std::clamp<int64_t>(params::kSocketNthreads.asInt(), 0, kSocketMaxSocks));
+  o.nthreads =
+      static_cast<int>(std::clamp<int64_t>(params::kSocketNthreads.asInt(), 0, kSocketMaxSocks));
   o.maxInflight = static_cast<int>(std::clamp<int64_t>(params::kMaxInflight.asInt(), 1, 65536));
   o.minSplit = params::kSocketMinSplit.asInt();
   return o;
@@ -174,7 +174,8 @@ class SocketTransport final : public Transport {
   }
   static Result<SocketComm*> commOf(void* comm, SocketComm::Role role, const char* what) {
     auto* c = static_cast<SocketComm*>(comm);
-    if (c == nullptr) return LOOM_ERROR(kInvalidArgument, "socket transport: {} on a null comm", what);
+    if (c == nullptr)
+      return LOOM_ERROR(kInvalidArgument, "socket transport: {} on a null comm", what);
     if (c->role() != role)
       return LOOM_ERROR(kInvalidUsage, "socket transport: {} on a comm of the other direction ({})",
                         what, c->peer());
@@ -221,7 +222,8 @@ Properties SocketTransport::probe(const Interface& itf) {
 Status SocketTransport::listen(int dev, Handle* handle, void** listenComm) {
   *listenComm = nullptr;
   LOOM_TRY(checkDev(dev));
-  if (handle == nullptr) return LOOM_ERROR(kInvalidArgument, "socket transport: listen with a null handle");
+  if (handle == nullptr)
+    return LOOM_ERROR(kInvalidArgument, "socket transport: listen with a null handle");
   auto l = std::make_unique<SocketListener>();
   l->dev = dev;
   l->ifname = ifs_[dev].name;
@@ -253,8 +255,9 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) 
   SocketHandle h;
   std::memcpy(&h, handle.bytes, sizeof(h));
   if (h.magic != kSocketHandleMagic || h.addrLen == 0 || h.addrLen > sizeof(h.addr))
-    return LOOM_ERROR(kInvalidArgument, "socket transport: connect with a handle that is not a "
-                                        "socket-transport handle");
+    return LOOM_ERROR(kInvalidArgument,
+                      "socket transport: connect with a handle that is not a "
+                      "socket-transport handle");
   auto key = std::make_pair(std::this_thread::get_id(),
                             std::string(reinterpret_cast<const char*>(handle.bytes), sizeof(h)));
   std::unique_ptr<PendingConnect> pc;
@@ -265,6 +268,9 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) 
       pc = std::move(it->second);
       connecting_.erase(it);
     }
+    // Connects their callers abandoned (past their deadline) release their sockets here.
+    for (auto a = connecting_.begin(); a != connecting_.end();)
+      a = a->second->deadline.expired() ? connecting_.erase(a) : std::next(a);
   }
   if (!pc) {
     pc = std::make_unique<PendingConnect>();
@@ -307,8 +313,8 @@ Result<bool> SocketTransport::progressConnect(PendingConnect* pc) {
     if (!pc->connected[i]) {
       auto c = checkConnect(pc->fds[i].get());
       if (!c.isOk())
-        return c.status().withContext(
-            fmt::format("socket transport: connect to {} failed (socket {} of {})", pc->addrText, i, n));
+        return c.status().withContext(fmt::format(
+            "socket transport: connect to {} failed (socket {} of {})", pc->addrText, i, n));
       if (!c.value()) {
         all = false;
         continue;
@@ -319,15 +325,16 @@ Result<bool> SocketTransport::progressConnect(PendingConnect* pc) {
       auto r = sendSome(pc->fds[i].get(), reinterpret_cast<char*>(&pc->hello[i]) + pc->sent[i],
                         sizeof(SocketHello) - pc->sent[i]);
       if (!r.isOk())
-        return r.status().withContext(
-            fmt::format("socket transport: handshake with {} failed (socket {} of {})", pc->addrText, i, n));
+        return r.status().withContext(fmt::format(
+            "socket transport: handshake with {} failed (socket {} of {})", pc->addrText, i, n));
       pc->sent[i] += r.value();
       if (pc->sent[i] < sizeof(SocketHello)) all = false;
     }
   }
   if (all) return true;
   if (pc->deadline.expired())
-    return LOOM_ERROR(kTimeout, "socket transport: connect to {} timed out after {} ms (LOOM_TIMEOUT)",
+    return LOOM_ERROR(kTimeout,
+                      "socket transport: connect to {} timed out after {} ms (LOOM_TIMEOUT)",
                       pc->addrText, pc->deadline.timeoutMs());
   return false;
 }
@@ -335,7 +342,8 @@ Result<bool> SocketTransport::progressConnect(PendingConnect* pc) {
 Status SocketTransport::accept(void* listenComm, void** recvComm) {
   *recvComm = nullptr;
   auto* l = static_cast<SocketListener*>(listenComm);
-  if (l == nullptr) return LOOM_ERROR(kInvalidArgument, "socket transport: accept on a null listener");
+  if (l == nullptr)
+    return LOOM_ERROR(kInvalidArgument, "socket transport: accept on a null listener");
   acceptPending(l);
   readHellos(l);
   expire(l);
@@ -371,7 +379,8 @@ void SocketTransport::readHellos(SocketListener* l) {
   auto& v = l->halfOpen;
   for (size_t k = 0; k < v.size();) {
     HalfOpen& h = v[k];
-    auto r = recvSome(h.fd.get(), reinterpret_cast<char*>(&h.hello) + h.got, sizeof(h.hello) - h.got);
+    auto r =
+        recvSome(h.fd.get(), reinterpret_cast<char*>(&h.hello) + h.got, sizeof(h.hello) - h.got);
     Status drop;
     if (!r.isOk()) {
       drop = r.status();
@@ -380,8 +389,8 @@ void SocketTransport::readHellos(SocketListener* l) {
       if (h.got == sizeof(h.hello))
         drop = admit(l, &h);
       else if (now >= h.deadlineNs)
-        drop = LOOM_ERROR(kTimeout, "no handshake within {} ms ({} of {} bytes)", handshakeTimeoutMs(),
-                          h.got, sizeof(h.hello));
+        drop = LOOM_ERROR(kTimeout, "no handshake within {} ms ({} of {} bytes)",
+                          handshakeTimeoutMs(), h.got, sizeof(h.hello));
       else {
         ++k;
         continue;
@@ -416,8 +425,8 @@ Status SocketTransport::admit(SocketListener* l, HalfOpen* h) {
   }
   Gathering& g = it->second;
   if (static_cast<int>(g.socks.size()) != m.nsocks || g.socks[m.index].valid())
-    return LOOM_ERROR(kRemote, "socket {} of {} does not fit connection {:#x} ({} sockets)", m.index,
-                      m.nsocks, m.connId, g.socks.size());
+    return LOOM_ERROR(kRemote, "socket {} of {} does not fit connection {:#x} ({} sockets)",
+                      m.index, m.nsocks, m.connId, g.socks.size());
   g.socks[m.index] = std::move(h->fd);
   if (m.index == 0) g.peer = h->peer;
   if (++g.arrived < m.nsocks) return Status();
@@ -430,8 +439,8 @@ Status SocketTransport::admit(SocketListener* l, HalfOpen* h) {
               comm.status().message());
     return Status();
   }
-  LOOM_INFO(kSubNet, "socket transport: accepted a connection from {} with {} socket(s) on {}", peer,
-            m.nsocks, l->addr.toString());
+  LOOM_INFO(kSubNet, "socket transport: accepted a connection from {} with {} socket(s) on {}",
+            peer, m.nsocks, l->addr.toString());
   l->ready.push_back(std::move(comm).value());
   return Status();
 }
@@ -443,10 +452,11 @@ void SocketTransport::expire(SocketListener* l) {
       ++it;
       continue;
     }
-    LOOM_WARN("socket transport: dropping connection from {} to {}: only {} of {} sockets arrived "
-              "within {} ms",
-              it->second.peer.toString(), l->addr.toString(), it->second.arrived,
-              it->second.socks.size(), handshakeTimeoutMs());
+    LOOM_WARN(
+        "socket transport: dropping connection from {} to {}: only {} of {} sockets arrived "
+        "within {} ms",
+        it->second.peer.toString(), l->addr.toString(), it->second.arrived, it->second.socks.size(),
+        handshakeTimeoutMs());
     it = l->gathering.erase(it);
   }
 }
@@ -458,8 +468,8 @@ Status SocketTransport::regMr(void* comm, void* data, size_t size, int type, voi
   if (type != kPtrHost)
     return LOOM_ERROR(kInvalidArgument, "socket transport: unknown memory type {}", type);
   if (data == nullptr && size > 0)
-    return LOOM_ERROR(kInvalidArgument, "socket transport: registration of {} bytes at a null pointer",
-                      size);
+    return LOOM_ERROR(kInvalidArgument,
+                      "socket transport: registration of {} bytes at a null pointer", size);
   *mhandle = new MemoryHandle{data, size};
   return Status();
 }
@@ -494,8 +504,8 @@ void SocketTransport::waitActivity(void* const* requests, int n, void* listenCom
           std::min<int64_t>(timeoutMs, std::max<int64_t>(0, (h.deadlineNs - now) / 1000000 + 1)));
     }
     for (const auto& g : l->gathering)
-      timeoutMs = static_cast<int>(
-          std::min<int64_t>(timeoutMs, std::max<int64_t>(0, (g.second.deadlineNs - now) / 1000000 + 1)));
+      timeoutMs = static_cast<int>(std::min<int64_t>(
+          timeoutMs, std::max<int64_t>(0, (g.second.deadlineNs - now) / 1000000 + 1)));
   }
   if (!ready && timeoutMs > 0) {
     // Several requests of one comm may name the same fd: merge so poll sees each fd once.
@@ -526,13 +536,15 @@ std::unique_ptr<net::Transport> makeSocketTransport() {
     if (!seen) ifs.push_back(itf);  // one device per interface, its first (IPv4) address
   }
   if (ifs.empty()) {
-    LOOM_WARN("socket transport: no usable network interface (LOOM_SOCKET_IFNAME='{}', "
-              "LOOM_SOCKET_FAMILY='{}')",
-              spec, params::kSocketFamily.str());
+    LOOM_WARN(
+        "socket transport: no usable network interface (LOOM_SOCKET_IFNAME='{}', "
+        "LOOM_SOCKET_FAMILY='{}')",
+        spec, params::kSocketFamily.str());
     return nullptr;
   }
   for (size_t d = 0; d < ifs.size(); ++d)
-    LOOM_INFO(kSubNet, "socket transport: device {} is {} {}", d, ifs[d].name, ifs[d].addr.toString());
+    LOOM_INFO(kSubNet, "socket transport: device {} is {} {}", d, ifs[d].name,
+              ifs[d].addr.toString());
   return std::make_unique<net::SocketTransport>(std::move(ifs));
 }
 
