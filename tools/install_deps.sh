@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  iproute2 procps python3
+  iproute2 procps python3 clang-format git
 )
 
 missing=()

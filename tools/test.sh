@@ -5,6 +5,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/tools/install_deps.sh"
+"$ROOT/tools/check_format.sh"
 export BUILD_DIR=${BUILD_DIR:-$ROOT/build-test}
 FRESH=1 "$ROOT/tools/build.sh" -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON
 cd "$BUILD_DIR"

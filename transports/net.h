@@ -1,6 +1,6 @@
 // The internal network-transport interface. Shaped like the NCCL net-plugin ABI
-// (listen / connect / accept / regMr / isend / irecv / test / close) so that a Loom transport can be
-// exported to NCCL as a plugin and an external NCCL plugin can be imported as a Loom transport.
+// (listen / connect / accept / regMr / isend / irecv / test / close) so that a Loom transport can
+// be exported to NCCL as a plugin and an external NCCL plugin can be imported as a Loom transport.
 //
 // Contracts (the same as NCCL's):
 // - listen, connect and accept never block. connect returns OK with *sendComm == nullptr until the
@@ -34,8 +34,8 @@ struct Handle {
 enum PtrType : int { kPtrHost = 1, kPtrCuda = 2, kPtrDmabuf = 4 };
 
 struct Properties {
-  std::string name;      // device name, e.g. "eth0" or "mlx5_0"
-  std::string pciPath;   // sysfs path of the PCI device, empty when virtual
+  std::string name;     // device name, e.g. "eth0" or "mlx5_0"
+  std::string pciPath;  // sysfs path of the PCI device, empty when virtual
   uint64_t guid = 0;
   int ptrSupport = kPtrHost;
   int speedMbps = 0;

@@ -38,14 +38,14 @@ extern "C" {
 typedef enum {
   loomSuccess = 0,
   loomUnhandledCudaError = 1,
-  loomSystemError = 2,    /* a system call failed, or a peer's connection was lost */
-  loomInternalError = 3,  /* a bug in Loom */
-  loomInvalidArgument = 4,/* a bad argument to this call (null pointer, unknown datatype, ...) */
-  loomInvalidUsage = 5,   /* a call that does not fit the communicator's state or other ranks */
-  loomRemoteError = 6,    /* a peer failed or sent something that does not match this call */
-  loomInProgress = 7,     /* a nonblocking communicator is still initialising */
-  loomTimeout = 8,        /* a wait passed its deadline (LOOM_TIMEOUT) */
-  loomAborted = 9,        /* the communicator was aborted */
+  loomSystemError = 2,     /* a system call failed, or a peer's connection was lost */
+  loomInternalError = 3,   /* a bug in Loom */
+  loomInvalidArgument = 4, /* a bad argument to this call (null pointer, unknown datatype, ...) */
+  loomInvalidUsage = 5,    /* a call that does not fit the communicator's state or other ranks */
+  loomRemoteError = 6,     /* a peer failed or sent something that does not match this call */
+  loomInProgress = 7,      /* a nonblocking communicator is still initialising */
+  loomTimeout = 8,         /* a wait passed its deadline (LOOM_TIMEOUT) */
+  loomAborted = 9,         /* the communicator was aborted */
   loomNumResults = 10
 } loomResult_t;
 
@@ -70,7 +70,14 @@ typedef enum {
 } loomDataType_t;
 
 /* Reduction operations. loomAvg divides the sum by the number of ranks (integers truncate). */
-typedef enum { loomSum = 0, loomProd = 1, loomMax = 2, loomMin = 3, loomAvg = 4, loomNumOps = 5 } loomRedOp_t;
+typedef enum {
+  loomSum = 0,
+  loomProd = 1,
+  loomMax = 2,
+  loomMin = 3,
+  loomAvg = 4,
+  loomNumOps = 5
+} loomRedOp_t;
 
 /* Opaque communicator. */
 typedef struct loomComm* loomComm_t;
@@ -155,9 +162,10 @@ LOOM_API loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, si
 /* count elements go to each peer: sendbuff and recvbuff hold nranks * count elements. */
 LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
-/* Point to point: sends to a peer match that peer's receives in posting order; counts must match. */
-LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
-                               loomComm_t comm, loomStream_t stream);
+/* Point to point: sends to a peer match that peer's receives in posting order; counts must match.
+ */
+LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype,
+                               int peer, loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream);
 

@@ -687,9 +687,10 @@ Status Bootstrap::pollFailure() {
     ssize_t n = ::recv(fds[k], hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n == 0 || n < 0) {
-      return s.fail(LOOM_ERROR(kRemote, "rank {} closed its bootstrap connection (it failed or was killed)",
-                               peers[k]),
-                    s.next.get(), true, peers[k]);
+      return s.fail(
+          LOOM_ERROR(kRemote, "rank {} closed its bootstrap connection (it failed or was killed)",
+                     peers[k]),
+          s.next.get(), true, peers[k]);
     }
     if (static_cast<size_t>(n) < sizeof(hdr)) continue;  // the rest of the header is on its way
     wire::Reader h(hdr, sizeof(hdr));
@@ -698,7 +699,8 @@ Status Bootstrap::pollFailure() {
     if (magic == wire::kFrameMagic && kind == wire::kFrameBye) {
       (void)::recv(fds[k], hdr, sizeof(hdr), MSG_DONTWAIT);
       *left[k] = true;
-      LOOM_INFO(kSubBootstrap, "bootstrap rank {}: rank {} left the communicator", s.rank, peers[k]);
+      LOOM_INFO(kSubBootstrap, "bootstrap rank {}: rank {} left the communicator", s.rank,
+                peers[k]);
       continue;
     }
     // Data from the predecessor may arrive early (it entered the next bootstrap allGather

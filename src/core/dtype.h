@@ -1,9 +1,9 @@
 // Datatypes and reduction ops: sizes, names, validation, and float16/bfloat16 conversions.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 
 #include "loom/loom.h"
@@ -15,11 +15,22 @@ inline bool validRedOp(int op) { return op >= 0 && op < loomNumOps; }
 
 inline size_t dataTypeSize(loomDataType_t dt) {
   switch (dt) {
-    case loomInt8: case loomUint8: return 1;
-    case loomFloat16: case loomBfloat16: return 2;
-    case loomInt32: case loomUint32: case loomFloat32: return 4;
-    case loomInt64: case loomUint64: case loomFloat64: return 8;
-    default: return 0;
+    case loomInt8:
+    case loomUint8:
+      return 1;
+    case loomFloat16:
+    case loomBfloat16:
+      return 2;
+    case loomInt32:
+    case loomUint32:
+    case loomFloat32:
+      return 4;
+    case loomInt64:
+    case loomUint64:
+    case loomFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -63,7 +74,8 @@ inline uint16_t floatToHalf(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+  if (absx >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
   if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (absx < 0x38800000u) {  // zero or subnormal in half: units of 2^-24, exact scaling
     float a;

@@ -32,9 +32,9 @@ thread_local int tRank = -1;
 const struct {
   const char* name;
   uint32_t bit;
-} kSubsysNames[] = {{"INIT", kSubInit},   {"NET", kSubNet},   {"COLL", kSubColl},
+} kSubsysNames[] = {{"INIT", kSubInit},           {"NET", kSubNet}, {"COLL", kSubColl},
                     {"BOOTSTRAP", kSubBootstrap}, {"SHM", kSubShm}, {"PLAN", kSubPlan},
-                    {"TOPO", kSubTopo},   {"ENV", kSubEnv},   {"P2P", kSubP2p}};
+                    {"TOPO", kSubTopo},           {"ENV", kSubEnv}, {"P2P", kSubP2p}};
 
 uint32_t parseMask(const std::string& text) {
   if (text.empty() || text == "ALL") return kSubAll;
@@ -57,18 +57,23 @@ void configure(LogConfig& c) {
   if (char* dot = strchr(c.host, '.')) *dot = '\0';
   std::string lvl = params::kDebug.str();
   int level = static_cast<int>(LogLevel::kWarn);
-  if (strcasecmp(lvl.c_str(), "NONE") == 0 || lvl == "0") level = 0;
-  else if (strcasecmp(lvl.c_str(), "INFO") == 0) level = static_cast<int>(LogLevel::kInfo);
-  else if (strcasecmp(lvl.c_str(), "TRACE") == 0) level = static_cast<int>(LogLevel::kTrace);
+  if (strcasecmp(lvl.c_str(), "NONE") == 0 || lvl == "0")
+    level = 0;
+  else if (strcasecmp(lvl.c_str(), "INFO") == 0)
+    level = static_cast<int>(LogLevel::kInfo);
+  else if (strcasecmp(lvl.c_str(), "TRACE") == 0)
+    level = static_cast<int>(LogLevel::kTrace);
   c.mask.store(parseMask(params::kDebugSubsys.str()), std::memory_order_relaxed);
   std::string file = params::kDebugFile.str();
   if (!file.empty()) {
     std::string path;
     for (size_t i = 0; i < file.size(); ++i) {
-      if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') path += c.host, ++i;
+      if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h')
+        path += c.host, ++i;
       else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p')
         path += std::to_string(getpid()), ++i;
-      else path += file[i];
+      else
+        path += file[i];
     }
     if (FILE* f = fopen(path.c_str(), "a")) c.out = f;
   }
@@ -106,9 +111,9 @@ void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const
     const char* base = strrchr(file, '/');
     where = fmt::format(" {}:{}", base ? base + 1 : file, line);
   }
-  std::string text = fmt::format("{}:{}:{}{} LOOM {} {}{} {}\n", c.host, getpid(), gettid(), rank, lvl,
-                                 level == LogLevel::kWarn ? "" : subsysName(subsys),
-                                 where, msg);
+  std::string text =
+      fmt::format("{}:{}:{}{} LOOM {} {}{} {}\n", c.host, getpid(), gettid(), rank, lvl,
+                  level == LogLevel::kWarn ? "" : subsysName(subsys), where, msg);
   std::lock_guard<std::mutex> lk(c.mu);
   fputs(text.c_str(), c.out);
   fflush(c.out);

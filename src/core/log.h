@@ -36,10 +36,10 @@ void logReconfigure();
 
 }  // namespace loom
 
-#define LOOM_LOG_AT(level, subsys, ...)                                                        \
-  do {                                                                                         \
-    if (::loom::logEnabled(level, subsys))                                                     \
-      ::loom::logWrite(level, subsys, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__));         \
+#define LOOM_LOG_AT(level, subsys, ...)                                                \
+  do {                                                                                 \
+    if (::loom::logEnabled(level, subsys))                                             \
+      ::loom::logWrite(level, subsys, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 #define LOOM_WARN(...) LOOM_LOG_AT(::loom::LogLevel::kWarn, ::loom::kSubAll, __VA_ARGS__)

@@ -53,10 +53,11 @@ const Param kSpinCount{"LOOM_SPIN_COUNT", ParamType::kInt, "auto",
                        "Progress-loop polls without progress before a rank sleeps in poll(); "
                        "default 2000, or 20 when a host has more local ranks than cores"};
 
-const Param* const kAll[] = {&kDebug,        &kDebugSubsys,    &kDebugFile,      &kTimeout,
-                             &kCommId,       &kHostId,         &kCommSecret,     &kBootstrapPortOffset,
-                             &kSocketIfname, &kSocketFamily,   &kSocketNsocks,   &kSocketNthreads,
-                             &kSocketMinSplit, &kChunkSize,    &kMaxInflight,    &kSpinCount};
+const Param* const kAll[] = {
+    &kDebug,          &kDebugSubsys,  &kDebugFile,    &kTimeout,
+    &kCommId,         &kHostId,       &kCommSecret,   &kBootstrapPortOffset,
+    &kSocketIfname,   &kSocketFamily, &kSocketNsocks, &kSocketNthreads,
+    &kSocketMinSplit, &kChunkSize,    &kMaxInflight,  &kSpinCount};
 }  // namespace params
 
 namespace {
@@ -109,10 +110,14 @@ bool parseTyped(ParamType type, const std::string& s, int64_t* out) {
 
 const char* typeName(ParamType t) {
   switch (t) {
-    case ParamType::kInt: return "int";
-    case ParamType::kSize: return "size";
-    case ParamType::kBool: return "bool";
-    case ParamType::kString: return "string";
+    case ParamType::kInt:
+      return "int";
+    case ParamType::kSize:
+      return "size";
+    case ParamType::kBool:
+      return "bool";
+    case ParamType::kString:
+      return "string";
   }
   return "?";
 }
@@ -127,11 +132,16 @@ bool parseSize(const std::string& text, int64_t* out) {
   if (errno != 0 || end == text.c_str() || v < 0) return false;
   int64_t mult = 1;
   std::string suffix(end);
-  if (suffix == "" || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") mult = 1LL << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB") mult = 1LL << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB") mult = 1LL << 30;
-  else return false;
+  if (suffix == "" || suffix == "B")
+    mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB")
+    mult = 1LL << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB")
+    mult = 1LL << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB")
+    mult = 1LL << 30;
+  else
+    return false;
   *out = v * mult;
   return true;
 }
@@ -169,7 +179,9 @@ int64_t Param::asInt() const {
     }
     c.ints[this] = value;
   }
-  if (warn) LOOM_WARN("{}={} is not a valid {}; using the default {}", name_, bad, typeName(type_), default_);
+  if (warn)
+    LOOM_WARN("{}={} is not a valid {}; using the default {}", name_, bad, typeName(type_),
+              default_);
   return value;
 }
 

@@ -60,7 +60,7 @@ Status systemError(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool isOk() const { return v_.index() == 0; }
   T& value() & { return std::get<0>(v_); }
@@ -78,15 +78,15 @@ class [[nodiscard]] Result {
 #define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
 
 // Returns the Status of expr from the enclosing function if it failed.
-#define LOOM_TRY(expr)                          \
-  do {                                          \
-    ::loom::Status _loom_st = (expr);           \
-    if (!_loom_st.isOk()) return _loom_st;      \
+#define LOOM_TRY(expr)                     \
+  do {                                     \
+    ::loom::Status _loom_st = (expr);      \
+    if (!_loom_st.isOk()) return _loom_st; \
   } while (0)
 
 // LOOM_ASSIGN(auto x, resultExpr): x = value, or return the Status.
 #define LOOM_ASSIGN(lhs, expr) LOOM_ASSIGN_IMPL(LOOM_CONCAT(_loom_r_, __LINE__), lhs, expr)
-#define LOOM_ASSIGN_IMPL(tmp, lhs, expr)      \
-  auto tmp = (expr);                          \
-  if (!tmp.isOk()) return tmp.status();       \
+#define LOOM_ASSIGN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                     \
+  if (!tmp.isOk()) return tmp.status();  \
   lhs = std::move(tmp).value()

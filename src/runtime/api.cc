@@ -79,7 +79,8 @@ Status checkComm(loomComm_t comm) {
   if (c->aborted()) return LOOM_ERROR(kAborted, "the communicator was aborted");
   Status async = c->asyncError();
   if (!async.isOk())
-    return Status(async.code(), "the communicator failed earlier and cannot be used: " + async.message());
+    return Status(async.code(),
+                  "the communicator failed earlier and cannot be used: " + async.message());
   return Status();
 }
 
@@ -97,7 +98,8 @@ uint64_t deriveSecret(const std::string& text) {
 Result<UniqueIdInfo> commIdFromEnv() {
   UniqueIdInfo info;
   LOOM_ASSIGN(info.root, parseSockAddr(params::kCommId.str()));
-  info.secret = deriveSecret("LOOM_COMM_ID=" + info.root.toString() + ";" + params::kCommSecret.str());
+  info.secret =
+      deriveSecret("LOOM_COMM_ID=" + info.root.toString() + ";" + params::kCommSecret.str());
   return info;
 }
 
@@ -109,9 +111,10 @@ Status checkConfig(const loomConfig_t* config) {
   if (!config) return Status();
   if (config->size < offsetof(loomConfig_t, version) + sizeof(unsigned int) ||
       config->magic != LOOM_CONFIG_MAGIC)
-    return LOOM_ERROR(kInvalidArgument,
-                      "config was not initialised with LOOM_CONFIG_INITIALIZER (size {}, magic {:#x})",
-                      config->size, config->magic);
+    return LOOM_ERROR(
+        kInvalidArgument,
+        "config was not initialised with LOOM_CONFIG_INITIALIZER (size {}, magic {:#x})",
+        config->size, config->magic);
   return Status();
 }
 
@@ -146,8 +149,8 @@ Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt
   if (!p) return LOOM_ERROR(kInvalidArgument, "{} is NULL with count {}", name, count);
   size_t es = dataTypeSize(dt);
   if (reinterpret_cast<uintptr_t>(p) % es != 0)
-    return LOOM_ERROR(kInvalidArgument, "{} {} is not aligned to the {}-byte size of {}", name, p, es,
-                      dataTypeName(dt));
+    return LOOM_ERROR(kInvalidArgument, "{} {} is not aligned to the {}-byte size of {}", name, p,
+                      es, dataTypeName(dt));
   return Status();
 }
 
@@ -156,14 +159,15 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   LOOM_TRY(checkComm(comm));
   Comm* c = comm->impl.get();
   if (!validDataType(a.dtype))
-    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", static_cast<int>(a.dtype),
-                      loomNumTypes - 1);
+    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})",
+                      static_cast<int>(a.dtype), loomNumTypes - 1);
   if (!validRedOp(a.op))
-    return LOOM_ERROR(kInvalidArgument, "unknown reduction op {} (valid: 0..{})", static_cast<int>(a.op),
-                      loomNumOps - 1);
+    return LOOM_ERROR(kInvalidArgument, "unknown reduction op {} (valid: 0..{})",
+                      static_cast<int>(a.op), loomNumOps - 1);
   if (stream != nullptr)
-    return LOOM_ERROR(kInvalidArgument,
-                      "a non-NULL stream needs a CUDA build of Loom; host calls take a NULL stream");
+    return LOOM_ERROR(
+        kInvalidArgument,
+        "a non-NULL stream needs a CUDA build of Loom; host calls take a NULL stream");
   int n = c->nranks(), me = c->rank();
   bool rooted = a.coll == CollKind::kBroadcast || a.coll == CollKind::kReduce;
   if (rooted && (a.root < 0 || a.root >= n))
@@ -190,9 +194,15 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   char* r = static_cast<char*>(a.recvbuff);
   if (a.coll != CollKind::kSendRecv && s && r) {
     switch (a.coll) {
-      case CollKind::kAllGather: a.inPlace = s == r + static_cast<size_t>(me) * a.count * es; break;
-      case CollKind::kReduceScatter: a.inPlace = r == s + static_cast<size_t>(me) * a.count * es; break;
-      default: a.inPlace = s == r; break;
+      case CollKind::kAllGather:
+        a.inPlace = s == r + static_cast<size_t>(me) * a.count * es;
+        break;
+      case CollKind::kReduceScatter:
+        a.inPlace = r == s + static_cast<size_t>(me) * a.count * es;
+        break;
+      default:
+        a.inPlace = s == r;
+        break;
     }
     if (!a.inPlace && overlaps(s, inCount * es, r, outCount * es))
       return LOOM_ERROR(kInvalidArgument,
@@ -363,7 +373,8 @@ loomResult_t loomCommAbort(loomComm_t comm) {
     for (int i = 0; i < 10000 && c->activeCalls.load(std::memory_order_acquire) > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (c->activeCalls.load(std::memory_order_acquire) > 0) {
-      LOOM_WARN("loomCommAbort: a call is still running on the communicator after 10 s; leaking it");
+      LOOM_WARN(
+          "loomCommAbort: a call is still running on the communicator after 10 s; leaking it");
       return Status();
     }
     delete comm;
@@ -424,30 +435,35 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream) {
   return guarded("loomAllReduce", [&] {
-    return enqueue(comm, collArgs(CollKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0), stream);
+    return enqueue(comm, collArgs(CollKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0),
+                   stream);
   });
 }
 
 loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream) {
   return guarded("loomBroadcast", [&] {
-    return enqueue(comm, collArgs(CollKind::kBroadcast, sendbuff, recvbuff, count, datatype, loomSum, root),
-                   stream);
+    return enqueue(
+        comm, collArgs(CollKind::kBroadcast, sendbuff, recvbuff, count, datatype, loomSum, root),
+        stream);
   });
 }
 
 loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
   return guarded("loomReduce", [&] {
-    return enqueue(comm, collArgs(CollKind::kReduce, sendbuff, recvbuff, count, datatype, op, root), stream);
+    return enqueue(comm, collArgs(CollKind::kReduce, sendbuff, recvbuff, count, datatype, op, root),
+                   stream);
   });
 }
 
 loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   return guarded("loomAllGather", [&] {
-    return enqueue(comm, collArgs(CollKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, 0),
-                   stream);
+    return enqueue(
+        comm, collArgs(CollKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, loomSum, 0),
+        stream);
   });
 }
 
@@ -455,15 +471,17 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                loomStream_t stream) {
   return guarded("loomReduceScatter", [&] {
-    return enqueue(comm, collArgs(CollKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0),
-                   stream);
+    return enqueue(
+        comm, collArgs(CollKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0),
+        stream);
   });
 }
 
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   return guarded("loomAllToAll", [&] {
-    return enqueue(comm, collArgs(CollKind::kAllToAll, sendbuff, recvbuff, count, datatype, loomSum, 0),
+    return enqueue(comm,
+                   collArgs(CollKind::kAllToAll, sendbuff, recvbuff, count, datatype, loomSum, 0),
                    stream);
   });
 }
@@ -490,17 +508,28 @@ loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int
 
 const char* loomGetErrorString(loomResult_t result) {
   switch (result) {
-    case loomSuccess: return "no error";
-    case loomUnhandledCudaError: return "unhandled CUDA error";
-    case loomSystemError: return "system error (a system call failed or a connection was lost)";
-    case loomInternalError: return "internal error (a bug in Loom)";
-    case loomInvalidArgument: return "invalid argument";
-    case loomInvalidUsage: return "invalid usage";
-    case loomRemoteError: return "remote error (a peer failed or does not match this call)";
-    case loomInProgress: return "operation in progress";
-    case loomTimeout: return "timeout (LOOM_TIMEOUT passed)";
-    case loomAborted: return "communicator aborted";
-    default: return "unknown result code";
+    case loomSuccess:
+      return "no error";
+    case loomUnhandledCudaError:
+      return "unhandled CUDA error";
+    case loomSystemError:
+      return "system error (a system call failed or a connection was lost)";
+    case loomInternalError:
+      return "internal error (a bug in Loom)";
+    case loomInvalidArgument:
+      return "invalid argument";
+    case loomInvalidUsage:
+      return "invalid usage";
+    case loomRemoteError:
+      return "remote error (a peer failed or does not match this call)";
+    case loomInProgress:
+      return "operation in progress";
+    case loomTimeout:
+      return "timeout (LOOM_TIMEOUT passed)";
+    case loomAborted:
+      return "communicator aborted";
+    default:
+      return "unknown result code";
   }
 }
 

@@ -3,9 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -70,13 +69,15 @@ uint64_t mixSecret(uint64_t secret, uint64_t a, uint64_t b) {
 }
 
 int64_t configTimeoutMs(const loomConfig_t* config) {
-  if (config && config->size >= offsetof(loomConfig_t, timeoutMs) + sizeof(int) && config->timeoutMs >= 0)
+  if (config && config->size >= offsetof(loomConfig_t, timeoutMs) + sizeof(int) &&
+      config->timeoutMs >= 0)
     return config->timeoutMs;
   return defaultTimeoutMs();
 }
 
 std::string configName(const loomConfig_t* config) {
-  if (config && config->size >= offsetof(loomConfig_t, commName) + sizeof(const char*) && config->commName)
+  if (config && config->size >= offsetof(loomConfig_t, commName) + sizeof(const char*) &&
+      config->commName)
     return config->commName;
   return std::string();
 }
@@ -118,7 +119,8 @@ std::string localHostId() {
 }
 
 net::Transport* defaultTransport() {
-  // Leaked on purpose: comms may be destroyed during static teardown.
+  // Leaked on purpose: comms may be destroyed during static teardown. Null when no interface
+  // matches the socket parameters (the transport logs why).
   static net::Transport* t = makeSocketTransport().release();
   return t;
 }
@@ -130,7 +132,12 @@ Comm::~Comm() {
 
 Status Comm::initNet(const loomConfig_t* config) {
   net_ = defaultTransport();
-  if (net_->devices() < 1) return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());
+  if (!net_)
+    return LOOM_ERROR(kSystem,
+                      "no network transport: no usable interface (check LOOM_SOCKET_IFNAME and "
+                      "LOOM_SOCKET_FAMILY)");
+  if (net_->devices() < 1)
+    return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());
   net::Handle h{};
   LOOM_TRY(net_->listen(0, &h, &listenComm_).withContext("opening the transport listener"));
   peers_.assign(nranks_, PeerInfo());
@@ -155,7 +162,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   me.hostName = host;
   me.pid = getpid();
   Deadline deadline(c->timeoutMs_);
-  LOOM_ASSIGN(c->bootstrap_, Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));
+  LOOM_ASSIGN(c->bootstrap_,
+              Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));
   for (int r = 0; r < nranks; ++r) {
     LOOM_ASSIGN(c->peers_[r], PeerInfo::deserialize(c->bootstrap_->blob(r)));
   }
@@ -164,7 +172,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   net::Properties props;
   (void)c->net_->getProperties(0, &props);
   LOOM_INFO(kSubInit, "comm {}rank {} of {} ready: {} ranks on this host, network {} via {}",
-            c->name_.empty() ? "" : c->name_ + " ", rank, nranks, local, c->net_->name(), props.name);
+            c->name_.empty() ? "" : c->name_ + " ", rank, nranks, local, c->net_->name(),
+            props.name);
   return c;
 }
 
@@ -272,7 +281,8 @@ std::string Comm::deadPeers() const {
     }
     if (gone) dead += (dead.empty() ? "" : ", ") + describe(r);
   }
-  return dead.empty() ? dead : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
+  return dead.empty() ? dead
+                      : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
 }
 
 Result<void*> Comm::sendConn(int peer, int channel) {
@@ -290,7 +300,8 @@ Result<void*> Comm::sendConn(int peer, int channel) {
     return c.comm;
   }
   if (!c.comm) {
-    LOOM_TRY(net_->connect(0, peers_[peer].netHandle, &c.comm).withContext("connecting to " + describe(peer)));
+    LOOM_TRY(net_->connect(0, peers_[peer].netHandle, &c.comm)
+                 .withContext("connecting to " + describe(peer)));
     if (!c.comm) return static_cast<void*>(nullptr);
     LOOM_TRACE(kSubNet, "connected to {} channel {}", describe(peer), channel);
   }
@@ -329,7 +340,8 @@ Status Comm::acceptPending() {
       size_t got = 0;
       Status st = net_->test(p.req, &done, &got);
       if (!st.isOk()) {
-        LOOM_WARN("dropping an incoming connection that failed before identifying itself: {}", st.message());
+        LOOM_WARN("dropping an incoming connection that failed before identifying itself: {}",
+                  st.message());
         drop = true;
       } else if (done) {
         uint32_t magic, r, ch;
@@ -339,8 +351,10 @@ Status Comm::acceptPending() {
         std::memcpy(&ch, p.hello + 8, 4);
         std::memcpy(&secret, p.hello + 16, 8);
         if (got != kHelloBytes || magic != kHelloMagic || secret != secret_ ||
-            static_cast<int>(r) >= nranks_ || recv_.count({static_cast<int>(r), static_cast<int>(ch)})) {
-          LOOM_WARN("dropping an incoming connection with a bad hello (not a rank of this communicator)");
+            static_cast<int>(r) >= nranks_ ||
+            recv_.count({static_cast<int>(r), static_cast<int>(ch)})) {
+          LOOM_WARN(
+              "dropping an incoming connection with a bad hello (not a rank of this communicator)");
           drop = true;
         } else {
           Connection& c = recv_[{static_cast<int>(r), static_cast<int>(ch)}];
@@ -393,7 +407,8 @@ void Comm::fail(const Status& st) {
   // connection with this one), then close the data connections so that peers blocked on them
   // fail at once.
   if (bootstrap_ && st.code() != Code::kAborted)
-    bootstrap_->reportFailure(Status(st.code(), fmt::format("rank {} failed: {}", rank_, st.message())));
+    bootstrap_->reportFailure(
+        Status(st.code(), fmt::format("rank {} failed: {}", rank_, st.message())));
   closeConnections();
   if (listenComm_ && net_) {
     (void)net_->closeListen(listenComm_);
@@ -423,7 +438,8 @@ void Comm::requestAbort() {
 char* Comm::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     scratchMem_.reset(new char[bytes + 64]);
-    scratchAligned_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(scratchMem_.get()) + 63) & ~uintptr_t(63));
+    scratchAligned_ = reinterpret_cast<char*>(
+        (reinterpret_cast<uintptr_t>(scratchMem_.get()) + 63) & ~uintptr_t(63));
     scratchBytes_ = bytes;
   }
   return scratchAligned_;

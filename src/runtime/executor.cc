@@ -96,7 +96,8 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
     plan->touchesOutput |= touches(BufKind::kOutput);
   }
   plan->dependentsStart.assign(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) plan->dependentsStart[i + 1] = plan->dependentsStart[i] + outDegree[i];
+  for (size_t i = 0; i < n; ++i)
+    plan->dependentsStart[i + 1] = plan->dependentsStart[i] + outDegree[i];
   plan->dependents.resize(plan->dependentsStart[n]);
   std::vector<uint32_t> fill(plan->dependentsStart.begin(), plan->dependentsStart.end() - 1);
   for (size_t i = 0; i < n; ++i)
@@ -228,7 +229,8 @@ class Executor {
       r.args = ops_[i].args;
       r.elemSize = dataTypeSize(r.args.dtype);
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
-      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
+      LOOM_ASSIGN(r.plan,
+                  r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
       r.tag = opTag(r.args);
     }
     for (auto& r : runs_) {
@@ -277,15 +279,18 @@ class Executor {
     size_t bytes = align64(lw.scratchCount * r.elemSize) + align64(lw.stagingCount * r.elemSize);
     // A NULL buffer that the API allows (non-root Reduce output, non-root Broadcast input) gets a
     // harmless stand-in so that no schedule can dereference it.
-    if (!r.args.recvbuff && r.plan->touchesOutput) bytes += align64(r.plan->layout.outputCount * r.elemSize);
-    if (!r.args.sendbuff && r.plan->touchesInput) bytes += align64(r.plan->layout.inputCount * r.elemSize);
+    if (!r.args.recvbuff && r.plan->touchesOutput)
+      bytes += align64(r.plan->layout.outputCount * r.elemSize);
+    if (!r.args.sendbuff && r.plan->touchesInput)
+      bytes += align64(r.plan->layout.inputCount * r.elemSize);
     if (!r.blockers.empty()) bytes += align64(r.args.count * r.elemSize);
     return bytes;
   }
 
   void bind(Run& r, char* mem) {
     const auto& lw = r.plan->lowered;
-    r.base[static_cast<int>(BufKind::kInput)] = const_cast<char*>(static_cast<const char*>(r.args.sendbuff));
+    r.base[static_cast<int>(BufKind::kInput)] =
+        const_cast<char*>(static_cast<const char*>(r.args.sendbuff));
     r.base[static_cast<int>(BufKind::kOutput)] = static_cast<char*>(r.args.recvbuff);
     r.base[static_cast<int>(BufKind::kScratch)] = mem;
     mem += align64(lw.scratchCount * r.elemSize);
@@ -406,7 +411,8 @@ class Executor {
     const auto& plan = *r.plan;
     for (uint32_t k = plan.dependentsStart[p]; k < plan.dependentsStart[p + 1]; ++k) {
       uint32_t d = plan.dependents[k];
-      if (--r.remaining[d] == 0 && !isNet(plan.lowered.pieces[d].step.kind)) r.readyLocal.push_back(d);
+      if (--r.remaining[d] == 0 && !isNet(plan.lowered.pieces[d].step.kind))
+        r.readyLocal.push_back(d);
     }
     if (++r.done == plan.lowered.pieces.size()) finishRun(r);
   }
@@ -418,16 +424,19 @@ class Executor {
           r.deferred = true;
           return;
         }
-      std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)], r.args.count * r.elemSize);
+      std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
+                  r.args.count * r.elemSize);
       r.deferred = false;
     }
     r.finished = true;
     if (r.args.op == loomAvg && r.comm->nranks() > 1) {
-      bool reduces = r.args.coll == CollKind::kAllReduce || r.args.coll == CollKind::kReduceScatter ||
+      bool reduces = r.args.coll == CollKind::kAllReduce ||
+                     r.args.coll == CollKind::kReduceScatter ||
                      (r.args.coll == CollKind::kReduce && r.args.root == r.comm->rank());
       if (reduces) {
         size_t n = r.plan->layout.outputCount;
-        finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype, r.comm->nranks());
+        finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype,
+                      r.comm->nranks());
       }
     }
     for (auto& cr : commRuns_)
@@ -446,10 +455,10 @@ class Executor {
     if (m.find("closed") != std::string::npos || m.find("reset") != std::string::npos) {
       std::string dead = r.comm->deadPeers();
       hint = dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
-    }
-    else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
-      hint = " (the ranks called different collectives, or with different counts, datatypes, ops "
-             "or roots)";
+    } else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
+      hint =
+          " (the ranks called different collectives, or with different counts, datatypes, ops "
+          "or roots)";
     return Status(st.code() == Code::kAborted ? Code::kAborted : Code::kRemote,
                   fmt::format("{}: {} {}: {}{}", collName(r.args.coll),
                               s.kind == StepKind::kSend ? "sending to" : "receiving from",
@@ -512,8 +521,9 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
   }
   LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan, buildPlan(op, rank, nranks, pieceElems));
   LOOM_INFO(kSubPlan, "{} count {} {} {}: algorithm {}, {} pieces, staging {} elements",
-            collName(op.coll), op.count, dataTypeName(op.dtype), op.inPlace ? "in place" : "out of place",
-            plan->algorithm, plan->lowered.pieces.size(), plan->lowered.stagingCount);
+            collName(op.coll), op.count, dataTypeName(op.dtype),
+            op.inPlace ? "in place" : "out of place", plan->algorithm, plan->lowered.pieces.size(),
+            plan->lowered.stagingCount);
   std::lock_guard<std::mutex> lk(mu_);
   lru_.emplace_front(key, plan);
   index_[key] = lru_.begin();

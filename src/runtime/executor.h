@@ -29,8 +29,8 @@ struct OpArgs {
   loomDataType_t dtype = loomFloat32;
   loomRedOp_t op = loomSum;
   int root = 0;
-  int peer = -1;       // kSendRecv: the peer
-  bool isSend = false; // kSendRecv: send (true) or receive
+  int peer = -1;        // kSendRecv: the peer
+  bool isSend = false;  // kSendRecv: send (true) or receive
   bool inPlace = false;
 };
 

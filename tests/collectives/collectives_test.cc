@@ -65,13 +65,13 @@ TEST_P(ThreadMatrix, EveryDatatypeOpCountAndPlacement) {
   EXPECT_EQ(runMatrix(tr, cases), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, ThreadMatrix,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::ValuesIn(allColls())),
-    [](const auto& p) {
-      return std::string(collName(std::get<1>(p.param))) + "_" +
-             std::to_string(std::get<0>(p.param)) + "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, ThreadMatrix,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::ValuesIn(allColls())),
+                         [](const auto& p) {
+                           return std::string(collName(std::get<1>(p.param))) + "_" +
+                                  std::to_string(std::get<0>(p.param)) + "ranks";
+                         });
 
 class ProcessMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
 
@@ -86,13 +86,13 @@ TEST_P(ProcessMatrix, EveryDatatypeOpCountAndPlacement) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, ProcessMatrix,
-    ::testing::Combine(::testing::Values(2, 3, 5), ::testing::ValuesIn(allColls())),
-    [](const auto& p) {
-      return std::string(collName(std::get<1>(p.param))) + "_" +
-             std::to_string(std::get<0>(p.param)) + "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessMatrix,
+                         ::testing::Combine(::testing::Values(2, 3, 5),
+                                            ::testing::ValuesIn(allColls())),
+                         [](const auto& p) {
+                           return std::string(collName(std::get<1>(p.param))) + "_" +
+                                  std::to_string(std::get<0>(p.param)) + "ranks";
+                         });
 
 // Large messages: many pieces, every collective, over a few rank counts.
 TEST(Collectives, LargeMessages) {
@@ -125,18 +125,20 @@ TEST(BadInput, RejectedWithClearErrors) {
               loomInvalidArgument, "sendbuff is NULL");
   expectError(loomAllReduce(a.data(), nullptr, 4, loomFloat32, loomSum, comm, nullptr),
               loomInvalidArgument, "recvbuff is NULL");
-  expectError(loomAllReduce(a.data(), b.data(), 4, static_cast<loomDataType_t>(42), loomSum, comm, nullptr),
-              loomInvalidArgument, "unknown datatype 42");
-  expectError(loomAllReduce(a.data(), b.data(), 4, loomFloat32, static_cast<loomRedOp_t>(-3), comm, nullptr),
+  expectError(
+      loomAllReduce(a.data(), b.data(), 4, static_cast<loomDataType_t>(42), loomSum, comm, nullptr),
+      loomInvalidArgument, "unknown datatype 42");
+  expectError(loomAllReduce(a.data(), b.data(), 4, loomFloat32, static_cast<loomRedOp_t>(-3), comm,
+                            nullptr),
               loomInvalidArgument, "unknown reduction op -3");
-  expectError(loomBroadcast(a.data(), b.data(), 4, loomFloat32, 1, comm, nullptr), loomInvalidArgument,
-              "root 1 is out of range");
+  expectError(loomBroadcast(a.data(), b.data(), 4, loomFloat32, 1, comm, nullptr),
+              loomInvalidArgument, "root 1 is out of range");
   expectError(loomReduce(a.data(), b.data(), 4, loomFloat32, loomSum, -1, comm, nullptr),
               loomInvalidArgument, "root -1 is out of range");
   expectError(loomSend(a.data(), 4, loomFloat32, 5, comm, nullptr), loomInvalidArgument,
               "peer 5 is out of range");
-  expectError(loomAllReduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, loomFloat32, loomSum,
-                            comm, nullptr),
+  expectError(loomAllReduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, loomFloat32,
+                            loomSum, comm, nullptr),
               loomInvalidArgument, "not aligned");
   expectError(loomAllReduce(a.data(), a.data() + 2, 8, loomFloat32, loomSum, comm, nullptr),
               loomInvalidArgument, "overlap");
@@ -156,7 +158,8 @@ TEST(BadInput, RejectedWithClearErrors) {
   expectError(loomCommInitRank(&bad, 2, id, 2), loomInvalidArgument, "rank 2 is out of range");
   expectError(loomCommInitRank(&bad, 1, id, 0), loomInvalidArgument, "id");
   loomConfig_t cfg{};
-  expectError(loomCommInitRankConfig(&bad, 1, id, 0, &cfg), loomInvalidArgument, "LOOM_CONFIG_INITIALIZER");
+  expectError(loomCommInitRankConfig(&bad, 1, id, 0, &cfg), loomInvalidArgument,
+              "LOOM_CONFIG_INITIALIZER");
   // Zero counts with NULL buffers are fine, as in NCCL.
   EXPECT_EQ(loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, comm, nullptr), loomSuccess);
   // The communicator still works after rejected calls.
@@ -171,9 +174,12 @@ TEST(BadInput, CountsThatDifferFailOnEveryRank) {
       size_t count = rank == 1 ? 1005 : 1000;
       std::vector<float> a(3 * 1010, 1.0f), b(3 * 1010);
       loomResult_t r = loomSuccess;
-      if (coll == Coll::kAllReduce) r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
-      if (coll == Coll::kAllGather) r = loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr);
-      if (coll == Coll::kBroadcast) r = loomBroadcast(a.data(), b.data(), count, loomFloat32, 0, comm, nullptr);
+      if (coll == Coll::kAllReduce)
+        r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+      if (coll == Coll::kAllGather)
+        r = loomAllGather(a.data(), b.data(), count, loomFloat32, comm, nullptr);
+      if (coll == Coll::kBroadcast)
+        r = loomBroadcast(a.data(), b.data(), count, loomFloat32, 0, comm, nullptr);
       // A rank whose own part of the exchange matched may finish; its next call must then fail.
       if (r == loomSuccess)
         r = loomAllReduce(a.data(), b.data(), 10, loomFloat32, loomSum, comm, nullptr);
@@ -216,7 +222,9 @@ TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {
   ts.clear();
   std::vector<std::string> errs(n);
   for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] { errs[r] = runCase(comms[r], r, n, {Coll::kAllReduce, loomInt64, loomSum, 100, false, 0}); });
+    ts.emplace_back([&, r] {
+      errs[r] = runCase(comms[r], r, n, {Coll::kAllReduce, loomInt64, loomSum, 100, false, 0});
+    });
   for (auto& t : ts) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errs[r], "");
   for (auto c : comms) loomCommDestroy(c);
@@ -227,7 +235,8 @@ TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {
 TEST(Failure, KilledRankIsNamedBySurvivors) {
   WorkerResult res = runWorkers(3, "kill:2", {{"LOOM_TIMEOUT", "30"}});
   EXPECT_TRUE(res.killedBySignal(2)) << res.describe(2);
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
 }
 
 TEST(Failure, AbortWakesABlockedCall) {
@@ -262,17 +271,20 @@ TEST(Failure, DeadlinePassesWithATimeoutError) {
     ts.emplace_back([&, r] {
       loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
       cfg.timeoutMs = 1500;
-      EXPECT_EQ(loomCommInitRankConfig(&comms[r], 2, id, r, &cfg), loomSuccess) << loomGetLastError();
+      EXPECT_EQ(loomCommInitRankConfig(&comms[r], 2, id, r, &cfg), loomSuccess)
+          << loomGetLastError();
     });
   for (auto& t : ts) t.join();
   ASSERT_TRUE(comms[0] && comms[1]);
   std::vector<float> buf(16);
   EXPECT_EQ(loomRecv(buf.data(), 16, loomFloat32, 1, comms[0], nullptr), loomTimeout);
-  EXPECT_NE(std::string(loomGetLastError()).find("rank 1"), std::string::npos) << loomGetLastError();
+  EXPECT_NE(std::string(loomGetLastError()).find("rank 1"), std::string::npos)
+      << loomGetLastError();
   for (auto c : comms) loomCommDestroy(c);
 }
 
-// ---- Communicator management and groups ----------------------------------------------------------
+// ---- Communicator management and groups
+// ----------------------------------------------------------
 
 TEST(Comm, SplitByParity) {
   ThreadRanks tr(5);
@@ -285,12 +297,13 @@ TEST(Comm, SplitByParity) {
     int n = 0, me = -1;
     loomCommCount(sub, &n);
     loomCommUserRank(sub, &me);
-    int wantN = 2;  // {0, 2} and {1, 3}
+    int wantN = 2;                                  // {0, 2} and {1, 3}
     int wantMe = (rank == 0 || rank == 1) ? 1 : 0;  // key = -rank: higher old rank first
     std::string err;
     if (n != wantN || me != wantMe)
       err = "rank " + std::to_string(rank) + " got " + std::to_string(me) + "/" + std::to_string(n);
-    if (err.empty()) err = runCase(sub, me, n, {Coll::kAllReduce, loomInt32, loomSum, 1001, false, 0});
+    if (err.empty())
+      err = runCase(sub, me, n, {Coll::kAllReduce, loomInt32, loomSum, 1001, false, 0});
     loomCommDestroy(sub);
     return err;
   });
@@ -302,15 +315,19 @@ TEST(Group, OneThreadDrivesEveryRank) {
   std::vector<loomComm_t> comms(n);
   ASSERT_EQ(loomCommInitAll(comms.data(), n, nullptr), loomSuccess) << loomGetLastError();
   const size_t count = 10007;
-  std::vector<std::vector<int64_t>> in(n, std::vector<int64_t>(count)), out(n, std::vector<int64_t>(count));
+  std::vector<std::vector<int64_t>> in(n, std::vector<int64_t>(count)),
+      out(n, std::vector<int64_t>(count));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<int64_t>(i) * (r + 1);
   ASSERT_EQ(loomGroupStart(), loomSuccess);
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(loomAllReduce(in[r].data(), out[r].data(), count, loomInt64, loomSum, comms[r], nullptr), loomSuccess);
+    ASSERT_EQ(
+        loomAllReduce(in[r].data(), out[r].data(), count, loomInt64, loomSum, comms[r], nullptr),
+        loomSuccess);
   ASSERT_EQ(loomGroupEnd(), loomSuccess) << loomGetLastError();
   for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[r][i], static_cast<int64_t>(i) * 10) << r << " " << i;
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(out[r][i], static_cast<int64_t>(i) * 10) << r << " " << i;
   for (auto c : comms) loomCommDestroy(c);
 }
 
@@ -320,9 +337,11 @@ TEST(Group, SendRecvToEveryPeerAtOnce) {
   std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
     const int n = tr.size();
     const size_t count = 5000;
-    std::vector<std::vector<int32_t>> send(n, std::vector<int32_t>(count)), recv(n, std::vector<int32_t>(count, -1));
+    std::vector<std::vector<int32_t>> send(n, std::vector<int32_t>(count)),
+        recv(n, std::vector<int32_t>(count, -1));
     for (int p = 0; p < n; ++p)
-      for (size_t i = 0; i < count; ++i) send[p][i] = rank * 100000 + p * 1000 + static_cast<int32_t>(i % 1000);
+      for (size_t i = 0; i < count; ++i)
+        send[p][i] = rank * 100000 + p * 1000 + static_cast<int32_t>(i % 1000);
     loomGroupStart();
     for (int p = 0; p < n; ++p) {
       loomSend(send[p].data(), count, loomInt32, p, comm, nullptr);

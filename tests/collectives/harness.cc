@@ -13,13 +13,20 @@ namespace loomtest {
 
 const char* collName(Coll c) {
   switch (c) {
-    case Coll::kAllReduce: return "AllReduce";
-    case Coll::kBroadcast: return "Broadcast";
-    case Coll::kReduce: return "Reduce";
-    case Coll::kAllGather: return "AllGather";
-    case Coll::kReduceScatter: return "ReduceScatter";
-    case Coll::kAllToAll: return "AllToAll";
-    case Coll::kSendRecv: return "SendRecv";
+    case Coll::kAllReduce:
+      return "AllReduce";
+    case Coll::kBroadcast:
+      return "Broadcast";
+    case Coll::kReduce:
+      return "Reduce";
+    case Coll::kAllGather:
+      return "AllGather";
+    case Coll::kReduceScatter:
+      return "ReduceScatter";
+    case Coll::kAllToAll:
+      return "AllToAll";
+    case Coll::kSendRecv:
+      return "SendRecv";
   }
   return "?";
 }
@@ -29,8 +36,8 @@ bool collReduces(Coll c) {
 }
 
 std::vector<Coll> allColls() {
-  return {Coll::kAllReduce, Coll::kBroadcast,   Coll::kReduce,  Coll::kAllGather,
-          Coll::kReduceScatter, Coll::kAllToAll, Coll::kSendRecv};
+  return {Coll::kAllReduce,     Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather,
+          Coll::kReduceScatter, Coll::kAllToAll,  Coll::kSendRecv};
 }
 
 std::string Case::describe() const {
@@ -48,7 +55,8 @@ std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& count
   std::vector<Case> out;
   std::vector<loomRedOp_t> useOps = collReduces(coll) ? ops : std::vector<loomRedOp_t>{loomSum};
   std::vector<int> roots = {0};
-  if ((coll == Coll::kBroadcast || coll == Coll::kReduce) && nranks > 1) roots.push_back(nranks - 1);
+  if ((coll == Coll::kBroadcast || coll == Coll::kReduce) && nranks > 1)
+    roots.push_back(nranks - 1);
   for (int dt = 0; dt < loomNumTypes; ++dt)
     for (auto op : useOps)
       for (size_t count : counts)
@@ -64,42 +72,72 @@ size_t elemSize(loomDataType_t dt) { return loom::dataTypeSize(dt); }
 void setElem(void* buf, loomDataType_t dt, size_t i, double v) {
   char* p = static_cast<char*>(buf);
   switch (dt) {
-    case loomInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case loomUint8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case loomInt32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case loomUint32: reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case loomInt64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case loomUint64: reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case loomFloat16: reinterpret_cast<uint16_t*>(p)[i] = loom::floatToHalf(static_cast<float>(v)); break;
-    case loomBfloat16: reinterpret_cast<uint16_t*>(p)[i] = loom::floatToBf16(static_cast<float>(v)); break;
-    case loomFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case loomFloat64: reinterpret_cast<double*>(p)[i] = v; break;
-    default: break;
+    case loomInt8:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case loomUint8:
+      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case loomInt32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case loomUint32:
+      reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case loomInt64:
+      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case loomUint64:
+      reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
+    case loomFloat16:
+      reinterpret_cast<uint16_t*>(p)[i] = loom::floatToHalf(static_cast<float>(v));
+      break;
+    case loomBfloat16:
+      reinterpret_cast<uint16_t*>(p)[i] = loom::floatToBf16(static_cast<float>(v));
+      break;
+    case loomFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case loomFloat64:
+      reinterpret_cast<double*>(p)[i] = v;
+      break;
+    default:
+      break;
   }
 }
 
 double getElem(const void* buf, loomDataType_t dt, size_t i) {
   const char* p = static_cast<const char*>(buf);
   switch (dt) {
-    case loomInt8: return reinterpret_cast<const int8_t*>(p)[i];
-    case loomUint8: return reinterpret_cast<const uint8_t*>(p)[i];
-    case loomInt32: return reinterpret_cast<const int32_t*>(p)[i];
-    case loomUint32: return reinterpret_cast<const uint32_t*>(p)[i];
-    case loomInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case loomUint64: return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
-    case loomFloat16: return loom::halfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case loomBfloat16: return loom::bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case loomFloat32: return reinterpret_cast<const float*>(p)[i];
-    case loomFloat64: return reinterpret_cast<const double*>(p)[i];
-    default: return 0;
+    case loomInt8:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case loomUint8:
+      return reinterpret_cast<const uint8_t*>(p)[i];
+    case loomInt32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case loomUint32:
+      return reinterpret_cast<const uint32_t*>(p)[i];
+    case loomInt64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    case loomUint64:
+      return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case loomFloat16:
+      return loom::halfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case loomBfloat16:
+      return loom::bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case loomFloat32:
+      return reinterpret_cast<const float*>(p)[i];
+    case loomFloat64:
+      return reinterpret_cast<const double*>(p)[i];
+    default:
+      return 0;
   }
 }
 
 namespace {
 
-bool isSigned(loomDataType_t dt) {
-  return dt != loomUint8 && dt != loomUint32 && dt != loomUint64;
-}
+bool isSigned(loomDataType_t dt) { return dt != loomUint8 && dt != loomUint32 && dt != loomUint64; }
 bool isFloat(loomDataType_t dt) {
   return dt == loomFloat16 || dt == loomBfloat16 || dt == loomFloat32 || dt == loomFloat64;
 }
@@ -125,11 +163,21 @@ double reduceAll(const Case& c, int nranks, size_t i) {
   for (int r = 1; r < nranks; ++r) {
     double v = inputValue(c, r, i);
     switch (c.op) {
-      case loomSum: case loomAvg: acc += v; break;
-      case loomProd: acc *= v; break;
-      case loomMax: acc = std::max(acc, v); break;
-      case loomMin: acc = std::min(acc, v); break;
-      default: break;
+      case loomSum:
+      case loomAvg:
+        acc += v;
+        break;
+      case loomProd:
+        acc *= v;
+        break;
+      case loomMax:
+        acc = std::max(acc, v);
+        break;
+      case loomMin:
+        acc = std::min(acc, v);
+        break;
+      default:
+        break;
     }
   }
   if (c.op == loomAvg) {
@@ -169,24 +217,40 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
   char* recvbuff = out.base;
   if (c.inPlace) {
     switch (c.coll) {
-      case Coll::kAllGather: sendbuff = recvbuff + static_cast<size_t>(rank) * c.count * es; break;
+      case Coll::kAllGather:
+        sendbuff = recvbuff + static_cast<size_t>(rank) * c.count * es;
+        break;
       case Coll::kReduceScatter:
         sendbuff = out.base;
         recvbuff = out.base + static_cast<size_t>(rank) * c.count * es;
         break;
-      default: sendbuff = recvbuff; break;
+      default:
+        sendbuff = recvbuff;
+        break;
     }
   }
   for (size_t i = 0; i < inCount; ++i) setElem(sendbuff, c.dt, i, inputValue(c, rank, i));
   loomResult_t res = loomSuccess;
   int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
   switch (c.coll) {
-    case Coll::kAllReduce: res = loomAllReduce(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr); break;
-    case Coll::kBroadcast: res = loomBroadcast(sendbuff, recvbuff, c.count, c.dt, c.root, comm, nullptr); break;
-    case Coll::kReduce: res = loomReduce(sendbuff, recvbuff, c.count, c.dt, c.op, c.root, comm, nullptr); break;
-    case Coll::kAllGather: res = loomAllGather(sendbuff, recvbuff, c.count, c.dt, comm, nullptr); break;
-    case Coll::kReduceScatter: res = loomReduceScatter(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr); break;
-    case Coll::kAllToAll: res = loomAllToAll(sendbuff, recvbuff, c.count, c.dt, comm, nullptr); break;
+    case Coll::kAllReduce:
+      res = loomAllReduce(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr);
+      break;
+    case Coll::kBroadcast:
+      res = loomBroadcast(sendbuff, recvbuff, c.count, c.dt, c.root, comm, nullptr);
+      break;
+    case Coll::kReduce:
+      res = loomReduce(sendbuff, recvbuff, c.count, c.dt, c.op, c.root, comm, nullptr);
+      break;
+    case Coll::kAllGather:
+      res = loomAllGather(sendbuff, recvbuff, c.count, c.dt, comm, nullptr);
+      break;
+    case Coll::kReduceScatter:
+      res = loomReduceScatter(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr);
+      break;
+    case Coll::kAllToAll:
+      res = loomAllToAll(sendbuff, recvbuff, c.count, c.dt, comm, nullptr);
+      break;
     case Coll::kSendRecv:
       loomGroupStart();
       loomSend(sendbuff, c.count, c.dt, next, comm, nullptr);
@@ -208,18 +272,29 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
   for (size_t i = 0; i < outCount; ++i) {
     double want = 0;
     switch (c.coll) {
-      case Coll::kAllReduce: want = reduceAll(c, n, i); break;
-      case Coll::kBroadcast: want = inputValue(c, c.root, i); break;
+      case Coll::kAllReduce:
+        want = reduceAll(c, n, i);
+        break;
+      case Coll::kBroadcast:
+        want = inputValue(c, c.root, i);
+        break;
       case Coll::kReduce:
         if (rank != c.root) return "";
         want = reduceAll(c, n, i);
         break;
-      case Coll::kAllGather: want = inputValue(c, static_cast<int>(i / c.count), i % c.count); break;
-      case Coll::kReduceScatter: want = reduceAll(c, n, static_cast<size_t>(rank) * c.count + i); break;
-      case Coll::kAllToAll:
-        want = inputValue(c, static_cast<int>(i / c.count), static_cast<size_t>(rank) * c.count + i % c.count);
+      case Coll::kAllGather:
+        want = inputValue(c, static_cast<int>(i / c.count), i % c.count);
         break;
-      case Coll::kSendRecv: want = inputValue(c, prev, i); break;
+      case Coll::kReduceScatter:
+        want = reduceAll(c, n, static_cast<size_t>(rank) * c.count + i);
+        break;
+      case Coll::kAllToAll:
+        want = inputValue(c, static_cast<int>(i / c.count),
+                          static_cast<size_t>(rank) * c.count + i % c.count);
+        break;
+      case Coll::kSendRecv:
+        want = inputValue(c, prev, i);
+        break;
     }
     std::string e = check(i, want);
     if (!e.empty()) return e;

@@ -12,7 +12,15 @@
 
 namespace loomtest {
 
-enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv
+};
 const char* collName(Coll c);
 bool collReduces(Coll c);
 std::vector<Coll> allColls();

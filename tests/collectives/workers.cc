@@ -36,7 +36,8 @@ bool fromHex(const std::string& s, void* out, size_t n) {
   if (s.size() != 2 * n) return false;
   auto val = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
   for (size_t i = 0; i < n; ++i)
-    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(val(s[2 * i]) << 4 | val(s[2 * i + 1]));
+    static_cast<unsigned char*>(out)[i] =
+        static_cast<unsigned char>(val(s[2 * i]) << 4 | val(s[2 * i + 1]));
   return true;
 }
 
@@ -54,8 +55,9 @@ bool WorkerResult::killedBySignal(int rank) const {
 
 std::string WorkerResult::describe(int rank) const {
   int st = status[rank];
-  std::string s = st == -1 ? "not collected" : WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
-                                                             : "signal " + std::to_string(WTERMSIG(st));
+  std::string s = st == -1        ? "not collected"
+                  : WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                  : "signal " + std::to_string(WTERMSIG(st));
   return s + "; output: " + output[rank];
 }
 
@@ -178,7 +180,8 @@ int workerMain() {
     int ran = 0;
     for (Coll c : allColls()) {
       if (collText != collName(c)) continue;
-      for (const auto& cs : matrix(c, n, standardCounts(n), {loomSum, loomProd, loomMax, loomMin, loomAvg})) {
+      for (const auto& cs :
+           matrix(c, n, standardCounts(n), {loomSum, loomProd, loomMax, loomMin, loomAvg})) {
         std::string e = runCase(comm, rank, n, cs);
         ++ran;
         if (!e.empty()) {

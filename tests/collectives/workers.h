@@ -8,7 +8,7 @@
 namespace loomtest {
 
 struct WorkerResult {
-  std::vector<int> status;  // waitpid status per rank (-1: not collected)
+  std::vector<int> status;          // waitpid status per rank (-1: not collected)
   std::vector<std::string> output;  // stderr of each rank
   bool exitedWith(int rank, int code) const;
   bool killedBySignal(int rank) const;

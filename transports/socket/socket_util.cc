@@ -184,13 +184,16 @@ std::vector<Interface> findInterfaces(const std::string& spec, int family) {
 Result<Interface> defaultInterface() {
   std::string fam = params::kSocketFamily.str();
   int family = AF_UNSPEC;
-  if (fam == "AF_INET" || fam == "4") family = AF_INET;
-  else if (fam == "AF_INET6" || fam == "6") family = AF_INET6;
+  if (fam == "AF_INET" || fam == "4")
+    family = AF_INET;
+  else if (fam == "AF_INET6" || fam == "6")
+    family = AF_INET6;
   std::string spec = params::kSocketIfname.str();
   auto ifs = findInterfaces(spec, family);
   if (ifs.empty())
-    return LOOM_ERROR(kSystem, "no usable network interface (LOOM_SOCKET_IFNAME='{}', LOOM_SOCKET_FAMILY='{}')",
-                      spec, fam);
+    return LOOM_ERROR(
+        kSystem, "no usable network interface (LOOM_SOCKET_IFNAME='{}', LOOM_SOCKET_FAMILY='{}')",
+        spec, fam);
   return ifs.front();
 }
 
@@ -208,8 +211,8 @@ Result<Interface> interfaceFor(const SockAddr& remote) {
       uint32_t m = reinterpret_cast<sockaddr_in*>(p->ifa_netmask)->sin_addr.s_addr;
       uint32_t r = reinterpret_cast<const sockaddr_in*>(&remote.ss)->sin_addr.s_addr;
       if ((a & m) == (r & m) && matchIfName(p->ifa_name, params::kSocketIfname.str().empty()
-                                                              ? std::string("^=")
-                                                              : params::kSocketIfname.str())) {
+                                                             ? std::string("^=")
+                                                             : params::kSocketIfname.str())) {
         Interface itf;
         itf.name = p->ifa_name;
         itf.addr.len = sizeof(sockaddr_in);
@@ -230,7 +233,8 @@ void Fd::reset(int fd) {
 
 Status setNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return systemError("fcntl(O_NONBLOCK)", errno);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return systemError("fcntl(O_NONBLOCK)", errno);
   return Status();
 }
 
@@ -284,9 +288,11 @@ Result<Fd> tryAccept(int listenFd, SockAddr* peer) {
   SockAddr tmp;
   SockAddr* p = peer ? peer : &tmp;
   p->len = sizeof(p->ss);
-  int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&p->ss), &p->len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&p->ss), &p->len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return Fd();
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+      return Fd();
     return systemError("accept", errno);
   }
   Fd out(fd);
@@ -299,7 +305,8 @@ Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
   int delayMs = 1;
   Status last;
   while (true) {
-    if (abort && abort->load(std::memory_order_acquire)) return LOOM_ERROR(kAborted, "aborted while connecting to {}", addr.toString());
+    if (abort && abort->load(std::memory_order_acquire))
+      return LOOM_ERROR(kAborted, "aborted while connecting to {}", addr.toString());
     auto fdr = startConnect(addr);
     if (!fdr.isOk()) return fdr.status();
     Fd fd = std::move(fdr).value();
@@ -317,8 +324,10 @@ Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
     }
     if (deadline.expired())
       return LOOM_ERROR(kTimeout, "could not connect to {} within {} ms{}", addr.toString(),
-                        deadline.timeoutMs(), last.isOk() ? "" : " (last error: " + last.message() + ")");
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(delayMs, deadline.remainingMs(100))));
+                        deadline.timeoutMs(),
+                        last.isOk() ? "" : " (last error: " + last.message() + ")");
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(delayMs, deadline.remainingMs(100))));
     delayMs = std::min(delayMs * 2, 100);
   }
 }
@@ -329,7 +338,8 @@ Result<size_t> sendSome(int fd, const void* data, size_t bytes) {
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
   if (errno == EPIPE || errno == ECONNRESET)
-    return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")");
+    return Status(Code::kRemote,
+                  std::string("connection closed by peer (") + strerror(errno) + ")");
   return systemError("send", errno);
 }
 
@@ -341,7 +351,8 @@ Result<size_t> sendvSome(int fd, const struct iovec* iov, int count) {
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
   if (errno == EPIPE || errno == ECONNRESET)
-    return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")");
+    return Status(Code::kRemote,
+                  std::string("connection closed by peer (") + strerror(errno) + ")");
   return systemError("sendmsg", errno);
 }
 
@@ -367,9 +378,11 @@ Status moveAll(int fd, size_t bytes, short events, const Deadline& deadline,
     done += r.value();
     if (done == bytes) break;
     if (r.value() > 0) continue;
-    if (abort && abort->load(std::memory_order_acquire)) return LOOM_ERROR(kAborted, "aborted during {}", what);
+    if (abort && abort->load(std::memory_order_acquire))
+      return LOOM_ERROR(kAborted, "aborted during {}", what);
     if (deadline.expired())
-      return LOOM_ERROR(kTimeout, "{} timed out after {} ms ({} of {} bytes)", what, deadline.timeoutMs(), done, bytes);
+      return LOOM_ERROR(kTimeout, "{} timed out after {} ms ({} of {} bytes)", what,
+                        deadline.timeoutMs(), done, bytes);
     pollfd p{fd, events, 0};
     ::poll(&p, 1, std::min(deadline.remainingMs(100), 100));
   }
@@ -394,7 +407,8 @@ Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
 
 uint64_t randomU64() {
   uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = static_cast<uint64_t>(nowNs()) * 0x9e3779b97f4a7c15ull ^ getpid();
+  if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+    v = static_cast<uint64_t>(nowNs()) * 0x9e3779b97f4a7c15ull ^ getpid();
   return v;
 }
 

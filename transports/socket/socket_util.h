@@ -3,8 +3,8 @@
 #pragma once
 
 #include <netinet/in.h>
-#include <sys/uio.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <string>
