@@ -6,11 +6,12 @@
 
 namespace loom {
 
-RankSchedule ringAllReduce(const CollArgs& args, int rank);      // ring.cc
-RankSchedule ringAllGather(const CollArgs& args, int rank);      // ring.cc
-RankSchedule ringReduceScatter(const CollArgs& args, int rank);  // ring.cc
-RankSchedule chainBroadcast(const CollArgs& args, int rank);     // chain.cc
-RankSchedule chainReduce(const CollArgs& args, int rank);        // chain.cc
-RankSchedule pairwiseAllToAll(const CollArgs& args, int rank);   // pairwise.cc
+RankSchedule ringAllReduce(const CollArgs& args, int rank);               // ring.cc
+RankSchedule ringAllGather(const CollArgs& args, int rank);               // ring.cc
+RankSchedule ringReduceScatter(const CollArgs& args, int rank);           // ring.cc
+RankSchedule chainBroadcast(const CollArgs& args, int rank);              // chain.cc
+RankSchedule chainReduce(const CollArgs& args, int rank);                 // chain.cc
+RankSchedule pairwiseAllToAll(const CollArgs& args, int rank);            // pairwise.cc
+RankSchedule recursiveDoublingAllReduce(const CollArgs& args, int rank);  // recursive_doubling.cc
 
 }  // namespace loom

@@ -80,6 +80,7 @@ const std::vector<AlgorithmInfo>& algorithms() {
   // The first entry of each collective is its default.
   static const std::vector<AlgorithmInfo> kAlgorithms = {
       {"ring", CollKind::kAllReduce, ringAllReduce},
+      {"rd", CollKind::kAllReduce, recursiveDoublingAllReduce},
       {"chain", CollKind::kBroadcast, chainBroadcast},
       {"chain", CollKind::kReduce, chainReduce},
       {"ring", CollKind::kAllGather, ringAllGather},

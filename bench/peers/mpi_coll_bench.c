@@ -21,9 +21,8 @@
  *   RESULT coll=allreduce nranks=4 bytes=1024 count=256 iters=20 time_us=12.3 algbw=0.08
  *          busbw=0.12 wrong=0
  */
-#include <mpi.h>
-
 #include <ctype.h>
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +30,7 @@
 
 enum coll { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, ALLTOALL };
 
-static const char* kNames[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                               "alltoall"};
+static const char* kNames[] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"};
 
 static int parse_coll(const char* s) {
   /* Also accept loom-perf / nccl-tests names. */
@@ -49,10 +47,20 @@ static int parse_bytes(const char* s, size_t* out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (end == s) return -1;
   switch (toupper((unsigned char)*end)) {
-    case 'K': v <<= 10; ++end; break;
-    case 'M': v <<= 20; ++end; break;
-    case 'G': v <<= 30; ++end; break;
-    default: break;
+    case 'K':
+      v <<= 10;
+      ++end;
+      break;
+    case 'M':
+      v <<= 20;
+      ++end;
+      break;
+    case 'G':
+      v <<= 30;
+      ++end;
+      break;
+    default:
+      break;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return -1;
@@ -61,8 +69,8 @@ static int parse_bytes(const char* s, size_t* out) {
 }
 
 struct counts {
-  size_t send; /* elements in the send buffer */
-  size_t recv; /* elements in the receive buffer */
+  size_t send;  /* elements in the send buffer */
+  size_t recv;  /* elements in the receive buffer */
   size_t param; /* count passed to MPI: per-rank/per-peer block for the gathering collectives */
 };
 
@@ -73,19 +81,38 @@ static struct counts coll_counts(int coll, size_t bytes, int n) {
   size_t base = (count / (size_t)n) / align * align;
   struct counts c;
   switch (coll) {
-    case ALLGATHER: c.send = base; c.recv = base * n; c.param = base; break;
-    case REDUCE_SCATTER: c.send = base * n; c.recv = base; c.param = base; break;
-    case ALLTOALL: c.send = base * n; c.recv = base * n; c.param = base; break;
-    default: c.send = count; c.recv = count; c.param = count; break;
+    case ALLGATHER:
+      c.send = base;
+      c.recv = base * n;
+      c.param = base;
+      break;
+    case REDUCE_SCATTER:
+      c.send = base * n;
+      c.recv = base;
+      c.param = base;
+      break;
+    case ALLTOALL:
+      c.send = base * n;
+      c.recv = base * n;
+      c.param = base;
+      break;
+    default:
+      c.send = count;
+      c.recv = count;
+      c.param = count;
+      break;
   }
   return c;
 }
 
 static double bus_factor(int coll, int n) {
   switch (coll) {
-    case ALLREDUCE: return 2.0 * (n - 1) / n;
-    case BROADCAST: return 1.0;
-    default: return (double)(n - 1) / n;
+    case ALLREDUCE:
+      return 2.0 * (n - 1) / n;
+    case BROADCAST:
+      return 1.0;
+    default:
+      return (double)(n - 1) / n;
   }
 }
 
@@ -201,8 +228,8 @@ int main(int argc, char** argv) {
   size_t buf_bytes = (maxb + 4095) / 4096 * 4096 + 4096;
   float* sendbuf = NULL;
   float* recvbuf = NULL;
-  if (posix_memalign((void**)&sendbuf, 4096, buf_bytes) || posix_memalign((void**)&recvbuf, 4096,
-                                                                          buf_bytes)) {
+  if (posix_memalign((void**)&sendbuf, 4096, buf_bytes) ||
+      posix_memalign((void**)&recvbuf, 4096, buf_bytes)) {
     fprintf(stderr, "mpi_coll_bench: rank %d: cannot allocate 2 x %zu bytes\n", rank, buf_bytes);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -215,8 +242,8 @@ int main(int argc, char** argv) {
     MPI_Get_library_version(lib, &len);
     char* nl = strchr(lib, '\n');
     if (nl) *nl = '\0';
-    printf("# mpi_coll_bench %s nranks=%d iters=%d warmup=%d library=%s\n", kNames[coll], n,
-           iters, warmup, lib);
+    printf("# mpi_coll_bench %s nranks=%d iters=%d warmup=%d library=%s\n", kNames[coll], n, iters,
+           warmup, lib);
     fflush(stdout);
   }
 
@@ -252,10 +279,10 @@ int main(int argc, char** argv) {
     double algbw = sec > 0 ? size / 1.0e9 / sec : 0;
     double busbw = algbw * bus_factor(coll, n);
     if (rank == 0) {
-      printf("RESULT coll=%s nranks=%d bytes=%zu count=%zu iters=%d time_us=%.2f algbw=%.4f "
-             "busbw=%.4f wrong=%lld\n",
-             kNames[coll], n, total, c.param, iters, sec * 1e6, algbw, busbw,
-             do_check ? wrong : -1LL);
+      printf(
+          "RESULT coll=%s nranks=%d bytes=%zu count=%zu iters=%d time_us=%.2f algbw=%.4f "
+          "busbw=%.4f wrong=%lld\n",
+          kNames[coll], n, total, c.param, iters, sec * 1e6, algbw, busbw, do_check ? wrong : -1LL);
       fflush(stdout);
     }
     if (bytes > maxb / factor) break; /* no overflow past maxb */

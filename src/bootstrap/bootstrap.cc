@@ -460,6 +460,26 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     return Status(code, body.substr(4));
   };
 
+  // The successor may have reported a failure just before its sockets went away (an error frame
+  // sits unread on the back channel while the send to it already failed): that report names
+  // the cause, so it is preferred to "closed".
+  auto reportedBy = [&](int peer, Status local) {
+    size_t need = sizeof(backHdr) - backOff;
+    while (need > 0) {
+      auto r = recvSome(nfd, backHdr + backOff, need);
+      if (!r.isOk() || r.value() == 0) break;
+      backOff += r.value();
+      need -= r.value();
+    }
+    if (backOff < sizeof(backHdr)) return local;
+    wire::Reader h(backHdr, sizeof(backHdr));
+    if (h.u32() != wire::kFrameMagic || h.u32() != wire::kFrameError) return local;
+    Status reported = errorFrame(nfd, backHdr, peer);
+    return reported.message().find("closed its connection (seen by rank " + std::to_string(rank)) !=
+                   std::string::npos
+               ? local
+               : reported;
+  };
   while (sendStep < steps || recvStep < steps) {
     if (isAborted()) return fail(abortedError("allGather"), nfd, false, -1);
     bool progressed = false;
@@ -471,7 +491,7 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
             sendOff < wire::kFrameBytes
                 ? sendSome(nfd, sendHdr + sendOff, wire::kFrameBytes - sendOff)
                 : sendSome(nfd, data + (sendOff - wire::kFrameBytes), frameBytes - sendOff);
-        if (!r.isOk()) return fail(closed(nextR, r.status()), nfd, false, nextR);
+        if (!r.isOk()) return fail(reportedBy(nextR, closed(nextR, r.status())), nfd, false, nextR);
         if (r.value() == 0) break;
         sendOff += r.value();
         progressed = true;
@@ -526,7 +546,7 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     // The successor sends nothing back unless it failed; watch for that while we still owe it.
     if (sendStep < steps) {
       auto r = recvSome(nfd, backHdr + backOff, sizeof(backHdr) - backOff);
-      if (!r.isOk()) return fail(closed(nextR, r.status()), nfd, false, nextR);
+      if (!r.isOk()) return fail(reportedBy(nextR, closed(nextR, r.status())), nfd, false, nextR);
       backOff += r.value();
       if (backOff == sizeof(backHdr)) {
         wire::Reader h(backHdr, sizeof(backHdr));

@@ -1,5 +1,6 @@
 #include "src/core/log.h"
 
+#include <pthread.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -23,7 +24,13 @@ struct LogConfig {
 };
 
 LogConfig& config() {
-  static LogConfig* c = new LogConfig();
+  // Held across fork() like the parameter cache (see params.cc).
+  static LogConfig* c = [] {
+    auto* fresh = new LogConfig();
+    pthread_atfork([] { config().mu.lock(); }, [] { config().mu.unlock(); },
+                   [] { config().mu.unlock(); });
+    return fresh;
+  }();
   return *c;
 }
 

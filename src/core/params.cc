@@ -1,6 +1,7 @@
 #include "src/core/params.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -49,15 +50,15 @@ const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
                        "Bytes per pipelined piece of a schedule step"};
 const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
                          "Outstanding network requests per connection and direction"};
-const Param kSpinCount{"LOOM_SPIN_COUNT", ParamType::kInt, "auto",
-                       "Progress-loop polls without progress before a rank sleeps in poll(); "
-                       "default 2000, or 20 when a host has more local ranks than cores"};
+const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "auto",
+                    "Microseconds a rank polls without progress before it sleeps in poll(); "
+                    "default 100, or 0 when a host has more local ranks than cores"};
 
 const Param* const kAll[] = {
     &kDebug,          &kDebugSubsys,  &kDebugFile,    &kTimeout,
     &kCommId,         &kHostId,       &kCommSecret,   &kBootstrapPortOffset,
     &kSocketIfname,   &kSocketFamily, &kSocketNsocks, &kSocketNthreads,
-    &kSocketMinSplit, &kChunkSize,    &kMaxInflight,  &kSpinCount};
+    &kSocketMinSplit, &kChunkSize,    &kMaxInflight,  &kSpinUs};
 }  // namespace params
 
 namespace {
@@ -69,7 +70,15 @@ struct Cache {
 };
 
 Cache& cache() {
-  static Cache* c = new Cache();  // never destroyed: params may be read during static teardown
+  // Never destroyed: params may be read during static teardown. Fork-safe: the lock is held
+  // across fork() so that a child never inherits it locked by a thread that does not exist there
+  // (frameworks fork workers from processes that use Loom; tests fork ranks).
+  static Cache* c = [] {
+    auto* fresh = new Cache();
+    pthread_atfork([] { cache().mu.lock(); }, [] { cache().mu.unlock(); },
+                   [] { cache().mu.unlock(); });
+    return fresh;
+  }();
   return *c;
 }
 

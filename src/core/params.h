@@ -67,7 +67,7 @@ extern const Param kSocketNthreads;
 extern const Param kSocketMinSplit;
 extern const Param kChunkSize;
 extern const Param kMaxInflight;
-extern const Param kSpinCount;
+extern const Param kSpinUs;
 }  // namespace params
 
 }  // namespace loom

@@ -250,11 +250,11 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
 void Comm::computeLocality() {
   localRanks_ = 0;
   for (const auto& p : peers_) localRanks_ += p.hostId == peers_[rank_].hostId;
-  if (params::kSpinCount.isSet()) {
-    spinCount_ = static_cast<int>(params::kSpinCount.asInt());
+  if (params::kSpinUs.isSet()) {
+    spinNs_ = std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000;
   } else {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    spinCount_ = localRanks_ <= cores ? 2000 : 20;
+    spinNs_ = localRanks_ <= cores ? 100 * 1000 : 0;
   }
 }
 

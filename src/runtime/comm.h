@@ -95,9 +95,10 @@ class Comm {
   uint64_t nextOpSeq() { return opSeq_++; }
   // Ranks (threads or processes) of this communicator on this host.
   int localRanks() const { return localRanks_; }
-  // Progress-loop polls without progress before sleeping: LOOM_SPIN_COUNT, or automatic: spin
-  // while this host has a core per local rank, sleep almost at once when it is oversubscribed.
-  int spinCount() const { return spinCount_; }
+  // How long the progress loop polls without progress before sleeping in poll(): LOOM_SPIN_US, or
+  // automatic: spin while this host has a core per local rank, sleep at once when it is
+  // oversubscribed (a spinning rank would steal the core its peer needs).
+  int64_t spinNs() const { return spinNs_; }
 
  private:
   Comm() = default;
@@ -133,7 +134,7 @@ class Comm {
   int splitCount_ = 0;
   int localRanks_ = 1;
   int64_t lastFailurePoll_ = 0;
-  int spinCount_ = 0;
+  int64_t spinNs_ = 0;
   void computeLocality();
 };
 

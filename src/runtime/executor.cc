@@ -170,9 +170,8 @@ class Executor {
     int64_t timeoutMs = 0;
     for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
     int64_t lastProgress = nowNs();
-    int idle = 0;
-    int spin = 0;
-    for (auto& cr : commRuns_) spin = std::max(spin, cr.comm->spinCount());
+    int64_t spinNs = 0;
+    for (auto& cr : commRuns_) spinNs = std::max(spinNs, cr.comm->spinNs());
     while (true) {
       bool all = true, progressed = false;
       for (auto& cr : commRuns_) {
@@ -186,15 +185,15 @@ class Executor {
       if (all) break;
       if (progressed) {
         lastProgress = nowNs();
-        idle = 0;
         continue;
       }
-      if (timeoutMs > 0 && nowNs() - lastProgress > timeoutMs * 1000000) {
+      int64_t now = nowNs();
+      if (timeoutMs > 0 && now - lastProgress > timeoutMs * 1000000) {
         for (auto& cr : commRuns_)
           if (!cr.finished) finishWithError(cr, timeoutError(cr, timeoutMs));
         break;
       }
-      if (++idle > spin) {
+      if (now - lastProgress >= spinNs) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;
           Status remote = cr.comm->pollRemoteFailure();

@@ -86,6 +86,15 @@ TEST(RingAllReduce, LargeRankCounts) {
   }
 }
 
+TEST(RecursiveDoublingAllReduce, LargeRankCounts) {
+  const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, "rd");
+  ASSERT_NE(algo, nullptr);
+  for (int n : {65, 100, 127, 128}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    verifyAll(*algo, n);
+  }
+}
+
 TEST(RingAllReduce, VerificationIsFast) {
   CollArgs a;
   a.nranks = 64;

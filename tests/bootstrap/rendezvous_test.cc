@@ -376,6 +376,18 @@ TEST(Bootstrap, KilledRankIsNamed) {
     }
     kids.push_back(pid);
   }
+  // If an assertion below returns early, the children must not outlive the test (they hold the
+  // test's output pipe open and would stall ctest until its timeout).
+  struct KillKids {
+    std::vector<pid_t>& kids;
+    ~KillKids() {
+      for (pid_t k : kids) {
+        if (k <= 0) continue;
+        kill(k, SIGKILL);
+        waitpid(k, nullptr, 0);
+      }
+    }
+  } killKids{kids};
   auto b = Bootstrap::connect(id, 0, n, blobFor(0), Deadline(20000), nullptr);
   ASSERT_TRUE(b.isOk()) << b.status().message();
   int mine = 0, all[n];
@@ -391,11 +403,10 @@ TEST(Bootstrap, KilledRankIsNamed) {
     while ((got = waitpid(kids[i], &status, WNOHANG)) == 0 && !d.expired())
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (got == 0) {
-      kill(kids[i], SIGKILL);
-      waitpid(kids[i], &status, 0);
       ADD_FAILURE() << "rank " << i + 1 << " hung";
       continue;
     }
+    kids[i] = -kids[i];  // reaped: nothing left for KillKids
     int r = static_cast<int>(i) + 1;
     if (r == victim) {
       EXPECT_TRUE(WIFSIGNALED(status)) << "victim status " << status;

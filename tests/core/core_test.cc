@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "src/core/clock.h"
 #include "src/core/log.h"
@@ -125,6 +127,21 @@ TEST(Clock, DeadlinesExpire) {
   while (!d.expired()) {
   }
   EXPECT_EQ(d.remainingMs(), 0);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(Params, DocumentedInDocsEnvironment) {
+  std::ifstream doc(LOOM_SOURCE_DIR "/docs/environment.md");
+  ASSERT_TRUE(doc.good()) << "docs/environment.md is missing";
+  std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  for (const auto& p : allParams())
+    EXPECT_NE(text.find("`" + p.name + "`"), std::string::npos)
+        << p.name << " is not documented in docs/environment.md";
 }
 
 }  // namespace
