@@ -48,17 +48,20 @@ const Param kSocketMinSplit{"LOOM_SOCKET_MIN_SPLIT", ParamType::kSize, "64K",
                             "connection"};
 const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
                        "Bytes per pipelined piece of a schedule step"};
+const Param kAllReduceRdMax{"LOOM_ALLREDUCE_RD_MAX", ParamType::kSize, "256K",
+                            "AllReduce messages up to this size use recursive doubling (fewest "
+                            "steps), larger ones the ring (least traffic); 0: always the ring"};
 const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
                          "Outstanding network requests per connection and direction"};
-const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "auto",
+const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
                     "Microseconds a rank polls without progress before it sleeps in poll(); "
-                    "default 100, or 0 when a host has more local ranks than cores"};
+                    "it yields the core between polls when a host has more ranks than cores"};
 
 const Param* const kAll[] = {
-    &kDebug,          &kDebugSubsys,  &kDebugFile,    &kTimeout,
-    &kCommId,         &kHostId,       &kCommSecret,   &kBootstrapPortOffset,
-    &kSocketIfname,   &kSocketFamily, &kSocketNsocks, &kSocketNthreads,
-    &kSocketMinSplit, &kChunkSize,    &kMaxInflight,  &kSpinUs};
+    &kDebug,        &kDebugSubsys,    &kDebugFile,           &kTimeout,      &kCommId,
+    &kHostId,       &kCommSecret,     &kBootstrapPortOffset, &kSocketIfname, &kSocketFamily,
+    &kSocketNsocks, &kSocketNthreads, &kSocketMinSplit,      &kChunkSize,    &kAllReduceRdMax,
+    &kMaxInflight,  &kSpinUs};
 }  // namespace params
 
 namespace {

@@ -66,6 +66,7 @@ extern const Param kSocketNsocks;
 extern const Param kSocketNthreads;
 extern const Param kSocketMinSplit;
 extern const Param kChunkSize;
+extern const Param kAllReduceRdMax;
 extern const Param kMaxInflight;
 extern const Param kSpinUs;
 }  // namespace params

@@ -250,12 +250,10 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
 void Comm::computeLocality() {
   localRanks_ = 0;
   for (const auto& p : peers_) localRanks_ += p.hostId == peers_[rank_].hostId;
-  if (params::kSpinUs.isSet()) {
-    spinNs_ = std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000;
-  } else {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    spinNs_ = localRanks_ <= cores ? 100 * 1000 : 0;
-  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed_ = localRanks_ > cores;
+  spinNs_ =
+      params::kSpinUs.isSet() ? std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000 : 100 * 1000;
 }
 
 std::string Comm::describe(int r) const {

@@ -99,6 +99,8 @@ class Comm {
   // automatic: spin while this host has a core per local rank, sleep at once when it is
   // oversubscribed (a spinning rank would steal the core its peer needs).
   int64_t spinNs() const { return spinNs_; }
+  // More ranks on this host than cores: the progress loop yields while it spins.
+  bool oversubscribed() const { return oversubscribed_; }
 
  private:
   Comm() = default;
@@ -135,6 +137,7 @@ class Comm {
   int localRanks_ = 1;
   int64_t lastFailurePoll_ = 0;
   int64_t spinNs_ = 0;
+  bool oversubscribed_ = false;
   void computeLocality();
 };
 

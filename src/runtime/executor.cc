@@ -1,5 +1,7 @@
 #include "src/runtime/executor.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -22,13 +24,14 @@ constexpr int kP2pTag = 0x7fff0001;
 // The tag every message of an operation carries: a hash of what all ranks must agree on. A rank
 // that runs a different collective, count, datatype, op or root sends frames whose tag matches
 // no posted receive, and the transport reports it instead of corrupting memory.
-int opTag(const OpArgs& op) {
+int opTag(const OpArgs& op, const std::string& algorithm) {
   if (op.coll == CollKind::kSendRecv) return kP2pTag;
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) {
     h ^= v;
     h *= 1099511628211ull;
   };
+  for (char c : algorithm) mix(static_cast<unsigned char>(c));
   mix(static_cast<uint64_t>(op.coll));
   mix(op.count);
   mix(static_cast<uint64_t>(op.dtype));
@@ -40,6 +43,19 @@ int opTag(const OpArgs& op) {
   return static_cast<int>((h ^ (h >> 32)) & 0x3fffffff);
 }
 
+// Until the planner exists: the generator registered first for each collective, except that small
+// AllReduces use recursive doubling (log2 n exchanges instead of the ring's 2(n-1) steps). Every
+// rank derives the same choice from the same arguments and parameters; the choice is part of the
+// message tag, so ranks configured differently fail with a mismatch instead of hanging.
+std::string chooseAlgorithm(const OpArgs& op, int nranks) {
+  if (op.coll == CollKind::kSendRecv) return "p2p";
+  if (op.coll == CollKind::kAllReduce && nranks > 1 &&
+      op.count * dataTypeSize(op.dtype) <= static_cast<size_t>(params::kAllReduceRdMax.asInt()))
+    return "rd";
+  const AlgorithmInfo* a = defaultAlgorithm(op.coll);
+  return a ? a->name : "";
+}
+
 std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo) {
   return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", static_cast<int>(op.coll), op.count,
                      dataTypeSize(op.dtype), op.root, op.peer, op.isSend, op.inPlace, pieceElems,
@@ -47,7 +63,7 @@ std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo
 }
 
 Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int nranks,
-                                               size_t pieceElems) {
+                                               size_t pieceElems, const std::string& algoName) {
   auto plan = std::make_shared<LoweredPlan>();
   CollArgs& a = plan->args;
   a.coll = op.coll;
@@ -68,8 +84,8 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
     plan->layout.inputCount = op.isSend ? op.count : 0;
     plan->layout.outputCount = op.isSend ? 0 : op.count;
   } else {
-    const AlgorithmInfo* algo = defaultAlgorithm(op.coll);
-    if (!algo) return LOOM_ERROR(kInternal, "no algorithm registered for {}", collName(op.coll));
+    const AlgorithmInfo* algo = findAlgorithm(op.coll, algoName);
+    if (!algo) return LOOM_ERROR(kInternal, "no algorithm {} for {}", algoName, collName(op.coll));
     plan->algorithm = algo->name;
     rs = algo->generate(a, rank);
     plan->layout = bufferLayout(a, rank);
@@ -171,7 +187,11 @@ class Executor {
     for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
     int64_t lastProgress = nowNs();
     int64_t spinNs = 0;
-    for (auto& cr : commRuns_) spinNs = std::max(spinNs, cr.comm->spinNs());
+    bool yield = false;
+    for (auto& cr : commRuns_) {
+      spinNs = std::max(spinNs, cr.comm->spinNs());
+      yield |= cr.comm->oversubscribed();
+    }
     while (true) {
       bool all = true, progressed = false;
       for (auto& cr : commRuns_) {
@@ -200,6 +220,8 @@ class Executor {
           if (!remote.isOk()) finishWithError(cr, remote);
         }
         wait();
+      } else if (yield) {
+        sched_yield();  // oversubscribed: stay runnable, but let the peer we wait for run
       }
     }
     for (auto& cr : commRuns_)
@@ -230,7 +252,7 @@ class Executor {
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
       LOOM_ASSIGN(r.plan,
                   r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
-      r.tag = opTag(r.args);
+      r.tag = opTag(r.args, r.plan->algorithm);
     }
     for (auto& r : runs_) {
       if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
@@ -508,7 +530,7 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
                                                           size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  std::string algo = op.coll == CollKind::kSendRecv ? "p2p" : "default";
+  std::string algo = chooseAlgorithm(op, nranks);
   std::string key = planKey(op, pieceElems, algo);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -518,7 +540,7 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
       return it->second->second;
     }
   }
-  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan, buildPlan(op, rank, nranks, pieceElems));
+  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan, buildPlan(op, rank, nranks, pieceElems, algo));
   LOOM_INFO(kSubPlan, "{} count {} {} {}: algorithm {}, {} pieces, staging {} elements",
             collName(op.coll), op.count, dataTypeName(op.dtype),
             op.inPlace ? "in place" : "out of place", plan->algorithm, plan->lowered.pieces.size(),

@@ -73,6 +73,44 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ThreadMatrix,
                                   std::to_string(std::get<0>(p.param)) + "ranks";
                          });
 
+// AllReduce has two algorithms chosen by size (recursive doubling up to LOOM_ALLREDUCE_RD_MAX, the
+// ring above): the matrix above runs mostly the first; these force each one for every case.
+class AllReduceAlgorithms : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(AllReduceAlgorithms, EveryDatatypeOpCountAndPlacement) {
+  auto [n, rdMax] = GetParam();
+  ThreadRanks& tr = ranksOf(n);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  setParam("LOOM_ALLREDUCE_RD_MAX", rdMax);
+  std::string result = runMatrix(tr, matrix(Coll::kAllReduce, n, standardCounts(n), kAllOps));
+  setParam("LOOM_ALLREDUCE_RD_MAX", nullptr);
+  EXPECT_EQ(result, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceAlgorithms,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
+                                            ::testing::Values("0", "1G")),
+                         [](const auto& p) {
+                           return std::string(std::get<1>(p.param)[0] == '0' ? "Ring" : "Rd") +
+                                  "_" + std::to_string(std::get<0>(p.param)) + "ranks";
+                         });
+
+TEST(AllReduceAlgorithms, RanksThatDisagreeOnTheAlgorithmFailInsteadOfHanging) {
+  ThreadRanks tr(3);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  // Rank 1 passes a different op. Every message's tag covers (collective, count, datatype, op,
+  // root, algorithm), so the mismatch fails every rank instead of mixing data or hanging.
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    std::vector<float> a(64, 1.0f), b(64);
+    loomResult_t r = loomAllReduce(a.data(), b.data(), 64, loomFloat32,
+                                   rank == 1 ? loomMax : loomSum, comm, nullptr);
+    if (r == loomSuccess)
+      r = loomAllReduce(a.data(), b.data(), 8, loomFloat32, loomSum, comm, nullptr);
+    return r == loomSuccess ? "rank " + std::to_string(rank) + " did not fail" : "";
+  });
+  EXPECT_EQ(all, "");
+}
+
 class ProcessMatrix : public ::testing::TestWithParam<std::tuple<int, Coll>> {};
 
 TEST_P(ProcessMatrix, EveryDatatypeOpCountAndPlacement) {
