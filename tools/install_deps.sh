@@ -8,6 +8,7 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps python3 clang-format git
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()
