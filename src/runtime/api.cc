@@ -244,6 +244,15 @@ OpArgs collArgs(CollKind coll, const void* sendbuff, void* recvbuff, size_t coun
   return a;
 }
 
+// Drops this thread's queued (not yet run) group operations on a communicator being freed.
+void forgetQueued(loomComm_t comm) {
+  if (!comm || !comm->impl) return;
+  Comm* c = comm->impl.get();
+  auto& ops = tGroup.ops;
+  ops.erase(std::remove_if(ops.begin(), ops.end(), [c](const QueuedOp& q) { return q.comm == c; }),
+            ops.end());
+}
+
 }  // namespace
 }  // namespace loom
 
@@ -359,6 +368,7 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
 
 loomResult_t loomCommDestroy(loomComm_t comm) {
   return guarded("loomCommDestroy", [&]() -> Status {
+    forgetQueued(comm);
     delete comm;
     return Status();
   });
@@ -368,6 +378,7 @@ loomResult_t loomCommAbort(loomComm_t comm) {
   return guarded("loomCommAbort", [&]() -> Status {
     if (!comm) return Status();
     Comm* c = comm->impl.get();
+    forgetQueued(comm);
     c->requestAbort();
     // Blocked calls see the flag within milliseconds; wait for them to leave before freeing.
     for (int i = 0; i < 10000 && c->activeCalls.load(std::memory_order_acquire) > 0; ++i)
