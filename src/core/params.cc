@@ -54,8 +54,8 @@ const Param kAllReduceRdMax{"LOOM_ALLREDUCE_RD_MAX", ParamType::kSize, "256K",
 const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
                          "Outstanding network requests per connection and direction"};
 const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
-                    "Microseconds a rank polls without progress before it sleeps in poll(); "
-                    "it yields the core between polls when a host has more ranks than cores"};
+                    "Microseconds a rank polls without progress (yielding the core between "
+                    "polls) before it sleeps in poll()"};
 
 const Param* const kAll[] = {
     &kDebug,        &kDebugSubsys,    &kDebugFile,           &kTimeout,      &kCommId,

@@ -250,8 +250,6 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
 void Comm::computeLocality() {
   localRanks_ = 0;
   for (const auto& p : peers_) localRanks_ += p.hostId == peers_[rank_].hostId;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  oversubscribed_ = localRanks_ > cores;
   spinNs_ =
       params::kSpinUs.isSet() ? std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000 : 100 * 1000;
 }

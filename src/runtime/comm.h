@@ -95,12 +95,9 @@ class Comm {
   uint64_t nextOpSeq() { return opSeq_++; }
   // Ranks (threads or processes) of this communicator on this host.
   int localRanks() const { return localRanks_; }
-  // How long the progress loop polls without progress before sleeping in poll(): LOOM_SPIN_US, or
-  // automatic: spin while this host has a core per local rank, sleep at once when it is
-  // oversubscribed (a spinning rank would steal the core its peer needs).
+  // How long the progress loop polls (yielding the core between polls) without progress before
+  // it sleeps in poll(): LOOM_SPIN_US.
   int64_t spinNs() const { return spinNs_; }
-  // More ranks on this host than cores: the progress loop yields while it spins.
-  bool oversubscribed() const { return oversubscribed_; }
 
  private:
   Comm() = default;
@@ -137,7 +134,6 @@ class Comm {
   int localRanks_ = 1;
   int64_t lastFailurePoll_ = 0;
   int64_t spinNs_ = 0;
-  bool oversubscribed_ = false;
   void computeLocality();
 };
 

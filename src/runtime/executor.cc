@@ -187,11 +187,7 @@ class Executor {
     for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
     int64_t lastProgress = nowNs();
     int64_t spinNs = 0;
-    bool yield = false;
-    for (auto& cr : commRuns_) {
-      spinNs = std::max(spinNs, cr.comm->spinNs());
-      yield |= cr.comm->oversubscribed();
-    }
+    for (auto& cr : commRuns_) spinNs = std::max(spinNs, cr.comm->spinNs());
     while (true) {
       bool all = true, progressed = false;
       for (auto& cr : commRuns_) {
@@ -220,8 +216,10 @@ class Executor {
           if (!remote.isOk()) finishWithError(cr, remote);
         }
         wait();
-      } else if (yield) {
-        sched_yield();  // oversubscribed: stay runnable, but let the peer we wait for run
+      } else {
+        // Stay runnable, but let a peer that shares this core run (oversubscribed hosts, or two
+        // ranks the scheduler has not spread yet): without it each step costs a spin period.
+        sched_yield();
       }
     }
     for (auto& cr : commRuns_)
