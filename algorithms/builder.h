@@ -49,4 +49,13 @@ class StepList {
   RankSchedule rs_;
 };
 
+// The cases every reducing generator shares: nothing to move (count 0), or one rank (a copy when
+// out of place). Returns true when it built the whole schedule into b.
+inline bool buildTrivial(const CollArgs& args, StepList& b) {
+  if (args.count == 0) return true;
+  if (args.nranks > 1) return false;
+  if (!args.inPlace) b.copy(inputAt(0), outputAt(0), args.count);
+  return true;
+}
+
 }  // namespace loom

@@ -27,13 +27,9 @@ RankSchedule chainBroadcast(const CollArgs& args, int rank) {
 // not), and forward it; the root reduces into its output.
 RankSchedule chainReduce(const CollArgs& args, int rank) {
   StepList b;
+  if (buildTrivial(args, b)) return b.finish();
   const int n = args.nranks;
   const size_t c = args.count;
-  if (c == 0) return b.finish();
-  if (n == 1) {
-    if (!args.inPlace) b.copy(inputAt(0), outputAt(0), c);
-    return b.finish();
-  }
   const ChainPattern chain{n, modRank(args.root + 1, n), rank};
   if (chain.position() == 0) {
     b.send(chain.next(), inputAt(0), c);

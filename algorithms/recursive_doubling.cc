@@ -54,13 +54,9 @@ struct RecursiveDoublingPattern {
 // exchanges and sends it the result after them.
 RankSchedule recursiveDoublingAllReduce(const CollArgs& args, int rank) {
   StepList b;
+  if (buildTrivial(args, b)) return b.finish();
   const int n = args.nranks;
   const size_t c = args.count;
-  if (c == 0) return b.finish();
-  if (n == 1) {
-    if (!args.inPlace) b.copy(inputAt(0), outputAt(0), c);
-    return b.finish();
-  }
   const RecursiveDoublingPattern rd{n, rank};
   const int fold = rd.foldPeer();
   if (rd.isExtra()) {

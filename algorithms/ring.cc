@@ -11,13 +11,9 @@ namespace loom {
 // complete block r+1; allgather step s sends block r+1-s and receives block r-s.
 RankSchedule ringAllReduce(const CollArgs& args, int rank) {
   StepList b;
+  if (buildTrivial(args, b)) return b.finish();
   const int n = args.nranks;
   const size_t c = args.count;
-  if (c == 0) return b.finish();
-  if (n == 1) {
-    if (!args.inPlace) b.copy(inputAt(0), outputAt(0), c);
-    return b.finish();
-  }
   const RingPattern ring{n, rank};
   auto block = [&](long long k) { return evenBlock(c, n, ring.block(k)); };
   for (int s = 0; s < n - 1; ++s) {
@@ -60,13 +56,9 @@ RankSchedule ringAllGather(const CollArgs& args, int rank) {
 // outside the output even in place); a slot is rewritten only after the send reading it completed.
 RankSchedule ringReduceScatter(const CollArgs& args, int rank) {
   StepList b;
+  if (buildTrivial(args, b)) return b.finish();
   const int n = args.nranks;
   const size_t c = args.count;
-  if (c == 0) return b.finish();
-  if (n == 1) {
-    if (!args.inPlace) b.copy(inputAt(0), outputAt(0), c);
-    return b.finish();
-  }
   const RingPattern ring{n, rank};
   auto slot = [&](int s) { return scratchAt(static_cast<size_t>(s % 2) * c); };
   if (n > 2) b.needScratch(2 * c);
