@@ -158,12 +158,14 @@ Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt
 Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   LOOM_TRY(checkComm(comm));
   Comm* c = comm->impl.get();
-  if (!validDataType(a.dtype))
-    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})",
-                      static_cast<int>(a.dtype), loomNumTypes - 1);
-  if (!validRedOp(a.op))
-    return LOOM_ERROR(kInvalidArgument, "unknown reduction op {} (valid: 0..{})",
-                      static_cast<int>(a.op), loomNumOps - 1);
+  if (!validDataType(a.rawDtype))
+    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", a.rawDtype,
+                      loomNumTypes - 1);
+  if (!validRedOp(a.rawOp))
+    return LOOM_ERROR(kInvalidArgument, "unknown reduction op {} (valid: 0..{})", a.rawOp,
+                      loomNumOps - 1);
+  a.dtype = static_cast<loomDataType_t>(a.rawDtype);
+  a.op = static_cast<loomRedOp_t>(a.rawOp);
   if (stream != nullptr)
     return LOOM_ERROR(
         kInvalidArgument,
@@ -231,15 +233,24 @@ Status runGroup(std::vector<QueuedOp> ops) {
   return executeOps(ops);
 }
 
+// Reads an enum argument's bits without loading it as the enum type (see OpArgs::rawDtype).
+template <typename E>
+int enumBits(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
 OpArgs collArgs(CollKind coll, const void* sendbuff, void* recvbuff, size_t count,
-                loomDataType_t dt, loomRedOp_t op, int root) {
+                const loomDataType_t& dt, const loomRedOp_t& op, int root) {
   OpArgs a;
   a.coll = coll;
   a.sendbuff = sendbuff;
   a.recvbuff = recvbuff;
   a.count = count;
-  a.dtype = dt;
-  a.op = op;
+  a.rawDtype = enumBits(dt);
+  a.rawOp = enumBits(op);
   a.root = root;
   return a;
 }

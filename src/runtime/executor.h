@@ -32,6 +32,10 @@ struct OpArgs {
   int peer = -1;        // kSendRecv: the peer
   bool isSend = false;  // kSendRecv: send (true) or receive
   bool inPlace = false;
+  // The datatype and op exactly as the C caller passed them, before validation: a C caller may pass
+  // any int, which C++ must not load as the enum type (it would be undefined behaviour).
+  int rawDtype = 0;
+  int rawOp = 0;
 };
 
 // A lowered schedule with its dependency graph in CSR form, shared by every call with the same
