@@ -10,6 +10,11 @@
 //   posted (rendezvous). A Recv completes when the matching send has been posted.
 // - Sends from rank a to rank b on one channel match b's receives from a on that channel in order;
 //   matched pieces must have the same element count.
+// The executor is looser than this in-order start rule: it starts each piece as soon as its own
+// conflicts are resolved, keeping only each (peer, channel, direction) queue in order, and posts
+// never block. Any execution the in-order rule allows is also open to it, and it can only make
+// more progress, so a schedule the verifier proves deadlock-free cannot deadlock in the executor
+// either (no resource bound intervenes: staging is allocated per piece).
 #pragma once
 
 #include <cstddef>
