@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config
-  libfmt-dev nlohmann-json3-dev libcli11-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libpugixml-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps python3 clang-format git
   openmpi-bin libopenmpi-dev
