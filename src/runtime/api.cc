@@ -139,11 +139,6 @@ Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
   return Status();
 }
 
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return na && nb && x < y + nb && y < x + na;
-}
-
 Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt) {
   if (count == 0) return Status();
   if (!p) return LOOM_ERROR(kInvalidArgument, "{} is NULL with count {}", name, count);
@@ -206,7 +201,7 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
         a.inPlace = s == r;
         break;
     }
-    if (!a.inPlace && overlaps(s, inCount * es, r, outCount * es))
+    if (!a.inPlace && rangesOverlap(s, inCount * es, r, outCount * es))
       return LOOM_ERROR(kInvalidArgument,
                         "sendbuff and recvbuff overlap without being in place as {} defines it",
                         collName(a.coll));

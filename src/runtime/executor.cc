@@ -257,7 +257,7 @@ class Executor {
       size_t bytes = r.args.count * r.elemSize;
       for (const auto& s : runs_)
         if (&s != &r && s.comm == r.comm && s.args.coll == CollKind::kSendRecv && s.args.isSend &&
-            overlapping(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
+            rangesOverlap(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
           r.blockers.push_back(&s);
     }
     for (auto& r : runs_) scratchNeed[commIndex[r.comm]] += scratchBytesOf(r);
@@ -328,11 +328,6 @@ class Executor {
       r.stagedDst = r.base[static_cast<int>(BufKind::kOutput)];
       r.base[static_cast<int>(BufKind::kOutput)] = mem;
     }
-  }
-
-  static bool overlapping(const void* a, size_t na, const void* b, size_t nb) {
-    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-    return a && b && na && nb && x < y + nb && y < x + na;
   }
 
   // One pass over a communicator: post what can be posted, run local pieces, test requests.
@@ -551,6 +546,11 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
     lru_.pop_back();
   }
   return std::shared_ptr<const LoweredPlan>(plan);
+}
+
+bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a && b && na && nb && x < y + nb && y < x + na;
 }
 
 Status executeOps(const std::vector<QueuedOp>& ops) {

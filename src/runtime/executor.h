@@ -64,6 +64,9 @@ class PlanCache {
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
+// True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
+bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);
+
 struct QueuedOp {
   Comm* comm = nullptr;
   OpArgs args;
