@@ -92,7 +92,6 @@ class Comm {
 
   // Calls currently running on this comm (abort waits for them to leave).
   std::atomic<int> activeCalls{0};
-  uint64_t nextOpSeq() { return opSeq_++; }
   // Ranks (threads or processes) of this communicator on this host.
   int localRanks() const { return localRanks_; }
   // How long the progress loop polls (yielding the core between polls) without progress before
@@ -126,7 +125,6 @@ class Comm {
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<bool> failed_{false};
-  uint64_t opSeq_ = 0;
   std::unique_ptr<char[]> scratchMem_;
   char* scratchAligned_ = nullptr;
   size_t scratchBytes_ = 0;

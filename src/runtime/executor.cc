@@ -121,8 +121,6 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
   return plan;
 }
 
-enum class PieceState : uint8_t { kWaiting, kPosted, kDone };
-
 // One operation being executed.
 struct Run {
   Comm* comm = nullptr;
@@ -132,8 +130,7 @@ struct Run {
   int tag = 0;
   char* base[3] = {nullptr, nullptr, nullptr};  // indexed by BufKind
   char* staging = nullptr;
-  std::vector<uint32_t> remaining;  // unmet deps per piece
-  std::vector<PieceState> state;
+  std::vector<uint32_t> remaining;   // unmet deps per piece
   std::vector<uint32_t> readyLocal;  // local pieces whose deps are met
   size_t done = 0;
   bool finished = false;
@@ -273,7 +270,6 @@ class Executor {
       CommRun& cr = commRuns_[c];
       size_t n = r.plan->lowered.pieces.size();
       r.remaining = r.plan->depCount;
-      r.state.assign(n, PieceState::kWaiting);
       for (uint32_t p = 0; p < n; ++p) {
         const Step& s = r.plan->lowered.pieces[p].step;
         if (isNet(s.kind)) {
@@ -360,7 +356,6 @@ class Executor {
           if (!st.isOk()) return peerError(*run, p, st);
         }
         if (!req) break;  // transport full: retry on the next pass
-        run->state[p] = PieceState::kPosted;
         cr.inflight.push_back({run, p, req, s.peer});
         q.pop_front();
         *progressed = true;
@@ -421,7 +416,6 @@ class Executor {
   }
 
   void complete(Run& r, uint32_t p) {
-    r.state[p] = PieceState::kDone;
     const auto& plan = *r.plan;
     for (uint32_t k = plan.dependentsStart[p]; k < plan.dependentsStart[p + 1]; ++k) {
       uint32_t d = plan.dependents[k];
