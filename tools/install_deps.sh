@@ -9,6 +9,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps python3 clang-format git
   openmpi-bin libopenmpi-dev
+  libhwloc-dev hwloc graphviz
 )
 
 missing=()

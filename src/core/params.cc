@@ -56,12 +56,18 @@ const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
 const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
                     "Microseconds a rank polls without progress (yielding the core between "
                     "polls) before it sleeps in poll()"};
+const Param kTopoFile{"LOOM_TOPO_FILE", ParamType::kString, "",
+                      "NCCL-format topology XML that replaces discovery (NCCL_TOPO_FILE is used "
+                      "when this is unset)"};
+const Param kTopoDumpFile{"LOOM_TOPO_DUMP_FILE", ParamType::kString, "",
+                          "Write the discovered topology to this file, in NCCL's XML format "
+                          "(NCCL_TOPO_DUMP_FILE is used when this is unset)"};
 
 const Param* const kAll[] = {
-    &kDebug,        &kDebugSubsys,    &kDebugFile,           &kTimeout,      &kCommId,
-    &kHostId,       &kCommSecret,     &kBootstrapPortOffset, &kSocketIfname, &kSocketFamily,
-    &kSocketNsocks, &kSocketNthreads, &kSocketMinSplit,      &kChunkSize,    &kAllReduceRdMax,
-    &kMaxInflight,  &kSpinUs};
+    &kDebug,     &kDebugSubsys,    &kDebugFile,           &kTimeout,        &kCommId,
+    &kHostId,    &kCommSecret,     &kBootstrapPortOffset, &kSocketIfname,   &kSocketFamily,
+    &kTopoFile,  &kTopoDumpFile,   &kSocketNsocks,        &kSocketNthreads, &kSocketMinSplit,
+    &kChunkSize, &kAllReduceRdMax, &kMaxInflight,         &kSpinUs};
 }  // namespace params
 
 namespace {

@@ -69,6 +69,8 @@ extern const Param kChunkSize;
 extern const Param kAllReduceRdMax;
 extern const Param kMaxInflight;
 extern const Param kSpinUs;
+extern const Param kTopoFile;
+extern const Param kTopoDumpFile;
 }  // namespace params
 
 }  // namespace loom
