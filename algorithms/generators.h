@@ -13,5 +13,10 @@ RankSchedule chainBroadcast(const CollArgs& args, int rank);              // cha
 RankSchedule chainReduce(const CollArgs& args, int rank);                 // chain.cc
 RankSchedule pairwiseAllToAll(const CollArgs& args, int rank);            // pairwise.cc
 RankSchedule recursiveDoublingAllReduce(const CollArgs& args, int rank);  // recursive_doubling.cc
+RankSchedule directAllReduce(const CollArgs& args, int rank);             // direct.cc
+RankSchedule directReduceScatter(const CollArgs& args, int rank);         // direct.cc
+RankSchedule directAllGather(const CollArgs& args, int rank);             // direct.cc
+RankSchedule directBroadcast(const CollArgs& args, int rank);             // direct.cc
+RankSchedule directReduce(const CollArgs& args, int rank);                // direct.cc
 
 }  // namespace loom

@@ -86,6 +86,11 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"ring", CollKind::kAllGather, ringAllGather},
       {"ring", CollKind::kReduceScatter, ringReduceScatter},
       {"pairwise", CollKind::kAllToAll, pairwiseAllToAll},
+      {"direct", CollKind::kAllReduce, directAllReduce},
+      {"direct", CollKind::kReduceScatter, directReduceScatter},
+      {"direct", CollKind::kAllGather, directAllGather},
+      {"direct", CollKind::kBroadcast, directBroadcast},
+      {"direct", CollKind::kReduce, directReduce},
   };
   return kAlgorithms;
 }

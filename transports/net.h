@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/loom.h"
 #include "src/core/status.h"
 
 namespace loom {
@@ -70,6 +71,15 @@ class Transport {
                         void** request) {
     *request = nullptr;
     return Status();
+  }
+  // Loom extension, not in NCCL's ABI: a receive that combines instead of storing. When the
+  // message has arrived, dst[i] = src[i] (op) received[i] for every element (dst may equal src;
+  // loomAvg combines as a sum). A transport that can read the incoming bytes where they lie (shared
+  // memory) saves the copy into a staging buffer. Only when supportsRecvReduce().
+  virtual bool supportsRecvReduce() const { return false; }
+  virtual Status irecvReduce(void* recvComm, void* dst, const void* src, size_t size, int tag,
+                             loomDataType_t dt, loomRedOp_t op, void** request) {
+    return Status(Code::kInternal, std::string(name()) + " has no fused receive-reduce");
   }
   // sizes (may be null): for a receive, one entry per buffer: the bytes received.
   virtual Status test(void* request, int* done, size_t* sizes) = 0;

@@ -56,6 +56,27 @@ const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
 const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
                     "Microseconds a rank polls without progress (yielding the core between "
                     "polls) before it sleeps in poll()"};
+const Param kShmDisable{"LOOM_SHM_DISABLE", ParamType::kBool, "0",
+                        "1: ranks on one host talk over sockets instead of shared memory"};
+const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY", ParamType::kBool, "1",
+                           "Large shared-memory messages are read straight from the sender's "
+                           "buffer (process_vm_readv, or memcpy between threads); 0: always copy "
+                           "through the shared slots"};
+const Param kShmSlotSize{"LOOM_SHM_SLOT_SIZE", ParamType::kSize, "64K",
+                         "Payload bytes of one slot of a shared-memory ring"};
+const Param kShmSlots{"LOOM_SHM_SLOTS", ParamType::kInt, "8",
+                      "Slots per shared-memory ring (one ring per ordered pair of local ranks)"};
+const Param kShmRtsMin{"LOOM_SHM_SINGLE_COPY_MIN", ParamType::kSize, "32K",
+                       "Shared-memory messages at least this large use single copy when it is "
+                       "available"};
+const Param kShmLlMax{"LOOM_SHM_LL_MAX", ParamType::kSize, "64K",
+                      "Collectives whose ranks all share a host use the low-latency exchange (one "
+                      "flag-synchronised copy, no rendezvous) when each rank contributes at most "
+                      "this many bytes; 0 disables it"};
+const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX", ParamType::kSize, "1G",
+                          "Collectives whose ranks all share a host use the direct algorithms "
+                          "(each rank reduces its slice straight from its peers) up to this "
+                          "size, the ring above it; 0: always the ring"};
 const Param kTopoFile{"LOOM_TOPO_FILE", ParamType::kString, "",
                       "NCCL-format topology XML that replaces discovery (NCCL_TOPO_FILE is used "
                       "when this is unset)"};

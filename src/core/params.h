@@ -70,6 +70,13 @@ extern const Param kAllReduceRdMax;
 extern const Param kMaxInflight;
 extern const Param kSpinUs;
 extern const Param kTopoFile;
+extern const Param kShmDisable;
+extern const Param kShmSingleCopy;
+extern const Param kShmSlotSize;
+extern const Param kShmSlots;
+extern const Param kShmRtsMin;
+extern const Param kShmLlMax;
+extern const Param kShmDirectMax;
 extern const Param kTopoDumpFile;
 }  // namespace params
 

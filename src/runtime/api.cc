@@ -14,6 +14,7 @@
 #include "loom/loom.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/dtype.h"
+#include "src/core/hash.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
 #include "src/runtime/comm.h"
@@ -84,14 +85,7 @@ Status checkComm(loomComm_t comm) {
   return Status();
 }
 
-uint64_t deriveSecret(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t deriveSecret(const std::string& text) { return Fnv64().mixBytes(text).value(); }
 
 // The id for LOOM_COMM_ID: the address from the environment and a secret every process derives
 // the same way.

@@ -12,6 +12,7 @@
 #include "src/core/clock.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/core/process.h"
 #include "src/runtime/executor.h"
 #include "transports/socket/socket_transport.h"
 
@@ -126,6 +127,7 @@ net::Transport* defaultTransport() {
 }
 
 Comm::~Comm() {
+  if (shm_) shm_->setState(shm::PeerState::kClosed);
   closeConnections();
   if (listenComm_ && net_) (void)net_->closeListen(listenComm_);
 }
@@ -168,12 +170,13 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
     LOOM_ASSIGN(c->peers_[r], PeerInfo::deserialize(c->bootstrap_->blob(r)));
   }
   c->computeLocality();
+  LOOM_TRY(c->initShm());
   int local = c->localRanks_;
   net::Properties props;
   (void)c->net_->getProperties(0, &props);
-  LOOM_INFO(kSubInit, "comm {}rank {} of {} ready: {} ranks on this host, network {} via {}",
-            c->name_.empty() ? "" : c->name_ + " ", rank, nranks, local, c->net_->name(),
-            props.name);
+  LOOM_INFO(kSubInit, "comm {}rank {} of {} ready: {} ranks on this host ({}), network {} via {}",
+            c->name_.empty() ? "" : c->name_ + " ", rank, nranks, local,
+            c->shm_ ? "shared memory" : "no shared memory", c->net_->name(), props.name);
   return c;
 }
 
@@ -242,6 +245,7 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
                .withContext("loomCommSplit joining the new communicator"));
   nc->bootstrap_ = std::move(nb);
   nc->computeLocality();
+  LOOM_TRY(nc->initShm());
   LOOM_INFO(kSubInit, "split color {} key {}: rank {} of {} (was rank {} of {})", color, key,
             newRank, nc->nranks_, rank_, nranks_);
   return nc;
@@ -250,6 +254,7 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
 void Comm::computeLocality() {
   localRanks_ = 0;
   for (const auto& p : peers_) localRanks_ += p.hostId == peers_[rank_].hostId;
+  yieldWhenIdle_ = localRanks_ > usableCpus();
   spinNs_ =
       params::kSpinUs.isSet() ? std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000 : 100 * 1000;
 }
@@ -266,22 +271,114 @@ std::string Comm::deadPeers() const {
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = peers_[r];
     if (r == rank_ || p.hostId != myHost || p.pid <= 0 || p.pid == getpid()) continue;
-    bool gone = kill(p.pid, 0) != 0 && errno == ESRCH;
-    if (!gone) {  // a zombie (dead, not yet reaped by its parent) counts as dead
-      std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
-      std::string text;
-      std::getline(stat, text);
-      size_t close = text.rfind(") ");
-      gone = close != std::string::npos && close + 2 < text.size() &&
-             (text[close + 2] == 'Z' || text[close + 2] == 'X');
-    }
-    if (gone) dead += (dead.empty() ? "" : ", ") + describe(r);
+    if (processGone(p.pid)) dead += (dead.empty() ? "" : ", ") + describe(r);
   }
   return dead.empty() ? dead
                       : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
 }
 
+Status Comm::initShm() {
+  localIndex_.assign(nranks_, -1);
+  if (nranks_ < 2) return Status();
+  // The ranks of this host, in rank order; the first creates the segment.
+  std::vector<int> local;
+  for (int r = 0; r < nranks_; ++r)
+    if (peers_[r].hostId == peers_[rank_].hostId) local.push_back(r);
+  int me = static_cast<int>(std::find(local.begin(), local.end(), rank_) - local.begin());
+  int n = static_cast<int>(local.size());
+  bool leader = me == 0;
+  bool want = n > 1 && !params::kShmDisable.asBool();
+  shm::Options opts;
+  opts.slotBytes = static_cast<size_t>(std::max<int64_t>(64, params::kShmSlotSize.asInt()));
+  opts.slots = static_cast<int>(std::clamp<int64_t>(params::kShmSlots.asInt(), 2, 1024));
+  opts.llBytes = static_cast<size_t>(std::clamp<int64_t>(params::kShmLlMax.asInt(), 64, 64 << 20));
+  opts.rtsMin = static_cast<size_t>(std::max<int64_t>(1, params::kShmRtsMin.asInt()));
+  opts.singleCopy = params::kShmSingleCopy.asBool();
+  opts.yieldWhenIdle = yieldWhenIdle_;
+  opts = shm::fitOptions(n, opts);
+  size_t bytes = shm::segmentBytes(n, opts);
+
+  // Round 1: each host's leader creates and formats the segment under a fresh name and tells
+  // its peers the name's nonce. Every rank takes part in every round (whatever its host), so the
+  // rounds match across hosts.
+  struct Round1 {
+    uint8_t want, created;
+    uint8_t pad[6];
+    uint64_t nonce;
+  };
+  Round1 mine{};
+  mine.want = want;
+  auto segName = [&](uint64_t nonce) {
+    return fmt::format("/loom-{}-{:016x}", peers_[local[0]].pid, nonce);
+  };
+  std::vector<shm::LocalPeer> lp;
+  for (int r : local) lp.push_back({r, peers_[r].pid});
+  std::string why;
+  auto attach = [&](Result<std::unique_ptr<shm::Segment>> seg) {
+    if (!seg.isOk()) {
+      why = seg.status().message();
+      return;
+    }
+    if (leader) shm::Transport::format(seg.value()->base(), n, opts);
+    auto t = shm::Transport::attach(std::move(seg).value(), me, lp, opts, &abort_);
+    if (t.isOk())
+      shm_ = std::move(t).value();
+    else
+      why = t.status().message();
+  };
+  if (want && leader) {
+    mine.nonce =
+        mixSecret(secret_, static_cast<uint64_t>(nowNs()), reinterpret_cast<uintptr_t>(this));
+    attach(shm::Segment::create(segName(mine.nonce), bytes));
+    mine.created = shm_ != nullptr;
+  }
+  std::vector<Round1> all1(nranks_);
+  Deadline deadline(timeoutMs_);
+  LOOM_TRY(bootstrap_->allGather(&mine, sizeof(mine), all1.data(), deadline)
+               .withContext("setting up shared memory"));
+  bool go = true;
+  for (int r : local) go &= all1[r].want != 0;
+  go &= all1[local[0]].created != 0;
+  // Round 2: the others open and map it.
+  if (go && !leader) attach(shm::Segment::open(segName(all1[local[0]].nonce), bytes));
+  uint8_t mapped = shm_ != nullptr;
+  std::vector<uint8_t> all2(nranks_);
+  LOOM_TRY(bootstrap_->allGather(&mapped, 1, all2.data(), deadline)
+               .withContext("setting up shared memory"));
+  for (int r : local) go &= all2[r] != 0;
+  // Every local rank has mapped it (or given up): the name can go, so that nothing is left in
+  // /dev/shm whatever happens next.
+  if (shm_) shm_->segment().unlink();
+  if (!go) shm_.reset();
+  // Rounds 3 and 4: the single-copy probe, between barriers.
+  if (shm_) shm_->publishProbe();
+  LOOM_TRY(bootstrap_->barrier(deadline).withContext("setting up shared memory"));
+  if (shm_) shm_->probePeers();
+  LOOM_TRY(bootstrap_->barrier(deadline).withContext("setting up shared memory"));
+  if (!want) {
+    if (n > 1)
+      LOOM_INFO(kSubShm, "shared memory disabled (LOOM_SHM_DISABLE): sockets inside the host");
+    return Status();
+  }
+  if (!shm_) {
+    LOOM_WARN(
+        "shared memory between the {} ranks of this host is not available ({}); they use "
+        "sockets",
+        n, why.empty() ? "another rank of this host could not set it up" : why);
+    return Status();
+  }
+  for (int i = 0; i < n; ++i) localIndex_[local[i]] = i;
+  LOOM_INFO(kSubShm,
+            "shared memory with {} local ranks: segment {} ({} KiB, rings of {} x {} KiB, "
+            "low-latency buffers of {} KiB), {}{}",
+            n, shm_->segment().name(), bytes >> 10, opts.slots, opts.slotBytes >> 10,
+            opts.llBytes >> 10, shm_->singleCopySummary(),
+            yieldWhenIdle_ ? "; more ranks than CPUs: waits yield" : "");
+  return Status();
+}
+
 Result<void*> Comm::sendConn(int peer, int channel) {
+  if (shm_ && channel == 0 && localIndex_[peer] >= 0) return shm_->sendComm(localIndex_[peer]);
   Connection& c = send_[{peer, channel}];
   if (c.ready) {
     if (c.helloReq) {
@@ -373,6 +470,7 @@ Status Comm::acceptPending() {
 }
 
 Result<void*> Comm::recvConn(int peer, int channel) {
+  if (shm_ && channel == 0 && localIndex_[peer] >= 0) return shm_->recvComm(localIndex_[peer]);
   auto it = recv_.find({peer, channel});
   if (it != recv_.end() && it->second.ready) return it->second.comm;
   LOOM_TRY(acceptPending());
@@ -399,6 +497,7 @@ void Comm::fail(const Status& st) {
     if (error_.isOk()) error_ = st;
   }
   failed_.store(true, std::memory_order_release);
+  if (shm_) shm_->setState(shm::PeerState::kFailed);
   // Tell the other ranks first (over the bootstrap ring: it reaches ranks that share no data
   // connection with this one), then close the data connections so that peers blocked on them
   // fail at once.

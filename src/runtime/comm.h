@@ -17,6 +17,7 @@
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/status.h"
 #include "transports/net.h"
+#include "transports/shm/shm_transport.h"
 
 namespace loom {
 
@@ -60,7 +61,20 @@ class Comm {
   const PeerInfo& peer(int r) const { return peers_[r]; }
   const std::string& name() const { return name_; }
   int64_t timeoutMs() const { return timeoutMs_; }
+  // The network transport (sockets); transportFor(peer) is what carries traffic to that peer:
+  // shared memory for ranks of this host when it is set up, else the network.
   net::Transport* transport() const { return net_; }
+  net::Transport* transportFor(int peer, int channel) const {
+    return shm_ && channel == 0 && localIndex_[peer] >= 0 ? static_cast<net::Transport*>(shm_.get())
+                                                          : net_;
+  }
+  // The shared-memory transport of this host's ranks (nullptr when they are alone, shared
+  // memory is disabled, or it could not be set up).
+  shm::Transport* shm() const { return shm_.get(); }
+  // Every rank of this communicator shares this host and its shared memory.
+  bool allLocal() const { return shm_ && shm_->nlocal() == nranks_; }
+  // Sequence number of the next low-latency operation (the same on every rank).
+  uint64_t nextLlSeq() { return ++llSeq_; }
   PlanCache& plans() { return *plans_; }
 
   // Nonblocking connection setup, driven by the executor. Returns the transport comm once the
@@ -97,6 +111,8 @@ class Comm {
   // How long the progress loop polls (yielding the core between polls) without progress before
   // it sleeps in poll(): LOOM_SPIN_US.
   int64_t spinNs() const { return spinNs_; }
+  // More ranks of this host than usable CPUs: waits yield the core between polls.
+  bool yieldWhenIdle() const { return yieldWhenIdle_; }
 
  private:
   Comm() = default;
@@ -132,7 +148,14 @@ class Comm {
   int localRanks_ = 1;
   int64_t lastFailurePoll_ = 0;
   int64_t spinNs_ = 0;
+  bool yieldWhenIdle_ = false;
+  std::unique_ptr<shm::Transport> shm_;
+  std::vector<int> localIndex_;  // rank -> index among the ranks on shared memory, or -1
+  uint64_t llSeq_ = 0;
   void computeLocality();
+  // Collective over all ranks (every rank calls it, whatever its host): sets up shared memory
+  // among the ranks of each host, or leaves them on the network when it cannot (with a warning).
+  Status initShm();
 };
 
 // The process-wide network transport used for collectives (the socket transport for now).

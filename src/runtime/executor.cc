@@ -9,48 +9,62 @@
 
 #include "src/core/clock.h"
 #include "src/core/dtype.h"
+#include "src/core/hash.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/core/process.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/low_latency.h"
 
 namespace loom {
 
 namespace {
 
 constexpr size_t kPlanCacheSize = 64;
+
 constexpr int kP2pTag = 0x7fff0001;
+
+}  // namespace
+
+uint64_t opSignature(const OpArgs& op) {
+  bool reduces = op.coll == CollKind::kAllReduce || op.coll == CollKind::kReduce ||
+                 op.coll == CollKind::kReduceScatter;
+  bool rooted = op.coll == CollKind::kBroadcast || op.coll == CollKind::kReduce;
+  return Fnv64()
+      .mix(static_cast<uint64_t>(op.coll))
+      .mix(op.count)
+      .mix(static_cast<uint64_t>(op.dtype))
+      .mix(reduces ? static_cast<uint64_t>(op.op) : 0)
+      .mix(rooted ? static_cast<uint64_t>(op.root) : 0)
+      .value();
+}
+
+namespace {
 
 // The tag every message of an operation carries: a hash of what all ranks must agree on. A rank
 // that runs a different collective, count, datatype, op or root sends frames whose tag matches
 // no posted receive, and the transport reports it instead of corrupting memory.
 int opTag(const OpArgs& op, const std::string& algorithm) {
   if (op.coll == CollKind::kSendRecv) return kP2pTag;
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    h ^= v;
-    h *= 1099511628211ull;
-  };
-  for (char c : algorithm) mix(static_cast<unsigned char>(c));
-  mix(static_cast<uint64_t>(op.coll));
-  mix(op.count);
-  mix(static_cast<uint64_t>(op.dtype));
-  bool reduces = op.coll == CollKind::kAllReduce || op.coll == CollKind::kReduce ||
-                 op.coll == CollKind::kReduceScatter;
-  mix(reduces ? static_cast<uint64_t>(op.op) : 0);
-  bool rooted = op.coll == CollKind::kBroadcast || op.coll == CollKind::kReduce;
-  mix(rooted ? static_cast<uint64_t>(op.root) : 0);
+  uint64_t h = Fnv64().mixBytes(algorithm).mix(opSignature(op)).value();
   return static_cast<int>((h ^ (h >> 32)) & 0x3fffffff);
 }
 
-// Until the planner exists: the generator registered first for each collective, except that small
-// AllReduces use recursive doubling (log2 n exchanges instead of the ring's 2(n-1) steps). Every
-// rank derives the same choice from the same arguments and parameters; the choice is part of the
-// message tag, so ranks configured differently fail with a mismatch instead of hanging.
-std::string chooseAlgorithm(const OpArgs& op, int nranks) {
+// Until the planner exists: communicators whose ranks all share a host use the direct algorithms
+// up to LOOM_SHM_DIRECT_MAX (one hop, read straight from the peers' buffers); otherwise small
+// AllReduces use recursive doubling (log2 n exchanges instead of the ring's 2(n-1) steps) and the
+// rest the generator registered first for the collective. Every rank derives the same choice from
+// the same arguments and parameters; the choice is part of the message tag, so ranks configured
+// differently fail with a mismatch instead of hanging.
+std::string chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal) {
   if (op.coll == CollKind::kSendRecv) return "p2p";
+  size_t bytes = op.count * dataTypeSize(op.dtype);
+  if (allLocal && nranks > 1 && bytes <= static_cast<size_t>(params::kShmDirectMax.asInt()) &&
+      findAlgorithm(op.coll, "direct"))
+    return "direct";
   if (op.coll == CollKind::kAllReduce && nranks > 1 &&
-      op.count * dataTypeSize(op.dtype) <= static_cast<size_t>(params::kAllReduceRdMax.asInt()))
+      bytes <= static_cast<size_t>(params::kAllReduceRdMax.asInt()))
     return "rd";
   const AlgorithmInfo* a = defaultAlgorithm(op.coll);
   return a ? a->name : "";
@@ -149,6 +163,8 @@ struct InFlight {
   uint32_t piece;
   void* request;
   int peer;
+  net::Transport* transport;
+  bool fused;  // a receive-reduce the transport combined itself
 };
 
 using QueueKey = std::tuple<int, int, bool>;  // peer, channel, isSend
@@ -184,7 +200,11 @@ class Executor {
     for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
     int64_t lastProgress = nowNs();
     int64_t spinNs = 0;
-    for (auto& cr : commRuns_) spinNs = std::max(spinNs, cr.comm->spinNs());
+    bool yield = false;
+    for (auto& cr : commRuns_) {
+      spinNs = std::max(spinNs, cr.comm->spinNs());
+      yield |= cr.comm->yieldWhenIdle() || !cr.comm->shm();
+    }
     while (true) {
       bool all = true, progressed = false;
       for (auto& cr : commRuns_) {
@@ -213,10 +233,12 @@ class Executor {
           if (!remote.isOk()) finishWithError(cr, remote);
         }
         wait();
-      } else {
-        // Stay runnable, but let a peer that shares this core run (oversubscribed hosts, or two
-        // ranks the scheduler has not spread yet): without it each step costs a spin period.
+      } else if (yield) {
+        // Stay runnable, but let a peer that shares this core run (more ranks than cores):
+        // without it each step costs a scheduler time slice.
         sched_yield();
+      } else {
+        cpuRelax();
       }
     }
     for (auto& cr : commRuns_)
@@ -245,8 +267,8 @@ class Executor {
       r.args = ops_[i].args;
       r.elemSize = dataTypeSize(r.args.dtype);
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
-      LOOM_ASSIGN(r.plan,
-                  r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(), pieceBytes));
+      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
+                                              r.comm->allLocal(), pieceBytes));
       r.tag = opTag(r.args, r.plan->algorithm);
     }
     for (auto& r : runs_) {
@@ -341,22 +363,31 @@ class Executor {
         const Step& s = pc.step;
         void* req = nullptr;
         size_t bytes = s.count * run->elemSize;
+        net::Transport* t = comm->transportFor(s.peer, s.channel);
+        bool fused = false;
         if (s.kind == StepKind::kSend) {
           LOOM_ASSIGN(void* sc, comm->sendConn(s.peer, s.channel));
           if (!sc) break;
-          Status st = comm->transport()->isend(sc, run->ptr(s.src), bytes, run->tag, nullptr, &req);
+          Status st = t->isend(sc, run->ptr(s.src), bytes, run->tag, nullptr, &req);
           if (!st.isOk()) return peerError(*run, p, st);
         } else {
           LOOM_ASSIGN(void* rc, comm->recvConn(s.peer, s.channel));
           if (!rc) break;
-          void* dst = s.kind == StepKind::kRecv ? run->ptr(s.dst)
-                                                : run->staging + pc.stagingOffset * run->elemSize;
-          int tag = run->tag;
-          Status st = comm->transport()->irecv(rc, 1, &dst, &bytes, &tag, nullptr, &req);
+          Status st;
+          if (s.kind == StepKind::kRecvReduce && t->supportsRecvReduce()) {
+            fused = true;
+            st = t->irecvReduce(rc, run->ptr(s.dst), run->ptr(s.src), bytes, run->tag,
+                                run->args.dtype, run->args.op, &req);
+          } else {
+            void* dst = s.kind == StepKind::kRecv ? run->ptr(s.dst)
+                                                  : run->staging + pc.stagingOffset * run->elemSize;
+            int tag = run->tag;
+            st = t->irecv(rc, 1, &dst, &bytes, &tag, nullptr, &req);
+          }
           if (!st.isOk()) return peerError(*run, p, st);
         }
         if (!req) break;  // transport full: retry on the next pass
-        cr.inflight.push_back({run, p, req, s.peer});
+        cr.inflight.push_back({run, p, req, s.peer, t, fused});
         q.pop_front();
         *progressed = true;
       }
@@ -383,7 +414,7 @@ class Executor {
       InFlight& f = cr.inflight[i];
       int done = 0;
       size_t got = 0;
-      Status st = comm->transport()->test(f.request, &done, &got);
+      Status st = f.transport->test(f.request, &done, &got);
       if (!st.isOk()) {
         cr.inflight.erase(cr.inflight.begin() + i);
         return peerError(*f.run, f.piece, st);
@@ -394,6 +425,7 @@ class Executor {
       }
       Run& r = *f.run;
       uint32_t p = f.piece;
+      bool fusedDone = f.fused;
       cr.inflight.erase(cr.inflight.begin() + i);
       const Piece& pc = r.plan->lowered.pieces[p];
       const Step& s = pc.step;
@@ -404,7 +436,7 @@ class Executor {
                             "{}: {} sent {} bytes where this rank expected {}: the ranks called "
                             "with different counts or datatypes",
                             collName(r.args.coll), comm->describe(s.peer), got, want);
-        if (s.kind == StepKind::kRecvReduce)
+        if (s.kind == StepKind::kRecvReduce && !fusedDone)
           reduceBuffers(r.ptr(s.dst), r.ptr(s.src), r.staging + pc.stagingOffset * r.elemSize,
                         s.count, r.args.dtype, r.args.op == loomAvg ? loomSum : r.args.op);
       }
@@ -493,17 +525,32 @@ class Executor {
     cr.comm->fail(st);
   }
 
+  // Sleeps until a transport may progress. With requests on one transport only, that
+  // transport's wait; with several (shared memory and sockets), the network's, briefly, so that
+  // neither starves.
   void wait() {
     std::vector<void*> reqs;
     void* listen = nullptr;
-    net::Transport* t = nullptr;
+    net::Transport* net = nullptr;
+    net::Transport* other = nullptr;
     for (auto& cr : commRuns_) {
       if (cr.finished) continue;
-      t = cr.comm->transport();
-      for (auto& f : cr.inflight) reqs.push_back(f.request);
+      for (auto& f : cr.inflight) {
+        reqs.push_back(f.request);
+        if (f.transport == cr.comm->transport())
+          net = f.transport;
+        else
+          other = f.transport;
+      }
       if (!listen) listen = cr.comm->listenComm();
+      // Connections not yet made go through the network transport's listener.
+      if (!cr.queues.empty() && !net && !other) net = cr.comm->transport();
     }
-    if (t) t->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen, 2);
+    if (other && !net) {
+      other->waitActivity(reqs.data(), static_cast<int>(reqs.size()), nullptr, 2);
+    } else if (net) {
+      net->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen, other ? 1 : 2);
+    }
   }
 
   const std::vector<QueuedOp>& ops_;
@@ -514,10 +561,10 @@ class Executor {
 }  // namespace
 
 Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int rank, int nranks,
-                                                          size_t pieceBytes) {
+                                                          bool allLocal, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  std::string algo = chooseAlgorithm(op, nranks);
+  std::string algo = chooseAlgorithm(op, nranks, allLocal);
   std::string key = planKey(op, pieceElems, algo);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -549,6 +596,8 @@ bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {
 
 Status executeOps(const std::vector<QueuedOp>& ops) {
   if (ops.empty()) return Status();
+  if (ops.size() == 1 && lowLatencyEligible(*ops[0].comm, ops[0].args))
+    return runLowLatency(ops[0].comm, ops[0].args);
   Executor ex(ops);
   return ex.run();
 }

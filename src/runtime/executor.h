@@ -38,6 +38,10 @@ struct OpArgs {
   int rawOp = 0;
 };
 
+// A hash of what every rank must agree on for a collective: kind, count, datatype, and the op and
+// root where they matter. Ranks compare it to detect mismatched calls.
+uint64_t opSignature(const OpArgs& op);
+
 // A lowered schedule with its dependency graph in CSR form, shared by every call with the same
 // shape. Immutable once built.
 struct LoweredPlan {
@@ -55,8 +59,9 @@ struct LoweredPlan {
 // Per-communicator cache of lowered plans (LRU).
 class PlanCache {
  public:
+  // allLocal: every rank shares this host's shared memory (Comm::allLocal).
   Result<std::shared_ptr<const LoweredPlan>> get(const OpArgs& op, int rank, int nranks,
-                                                 size_t pieceBytes);
+                                                 bool allLocal, size_t pieceBytes);
 
  private:
   std::mutex mu_;

@@ -1,0 +1,105 @@
+#include "src/runtime/low_latency.h"
+
+#include <cstring>
+
+#include "src/core/dtype.h"
+#include "src/core/params.h"
+#include "src/reduce/reduce.h"
+#include "src/runtime/comm.h"
+
+namespace loom {
+
+namespace {
+
+// Bytes a rank publishes for op (0 for a broadcast's non-roots).
+size_t publishedBytes(const OpArgs& op, int rank, int nranks) {
+  size_t es = dataTypeSize(op.dtype);
+  switch (op.coll) {
+    case CollKind::kAllReduce:
+    case CollKind::kReduce:
+    case CollKind::kAllGather:
+      return op.count * es;
+    case CollKind::kBroadcast:
+      return rank == op.root ? op.count * es : 0;
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+      return op.count * es * static_cast<size_t>(nranks);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+bool lowLatencyEligible(const Comm& comm, const OpArgs& op) {
+  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return false;
+  if (op.coll == CollKind::kSendRecv) return false;
+  size_t limit = static_cast<size_t>(params::kShmLlMax.asInt());
+  // The root's size decides for a broadcast, so that every rank decides the same.
+  size_t bytes = publishedBytes(op, op.root, comm.nranks());
+  return bytes <= limit && bytes <= comm.shm()->options().llBytes;
+}
+
+Status runLowLatency(Comm* comm, const OpArgs& op) {
+  shm::Transport* t = comm->shm();
+  int n = comm->nranks();
+  int me = comm->rank();
+  size_t es = dataTypeSize(op.dtype);
+  size_t bytes = publishedBytes(op, me, n);
+  uint64_t seq = comm->nextLlSeq();
+  uint64_t signature = opSignature(op);
+  if (bytes) std::memcpy(t->llBuffer(me, seq), op.sendbuff, bytes);
+  t->llPublish(seq, bytes, signature);
+  Status st = t->llWaitAll(seq, signature, comm->spinNs(), comm->timeoutMs());
+  if (!st.isOk()) {
+    st = st.withContext(std::string(collName(op.coll)) + " (low-latency path)");
+    comm->fail(st);
+    return st;
+  }
+  // The shared memory is indexed by local rank, which is the rank here (all ranks are local).
+  auto in = [&](int r) -> const char* { return t->llBuffer(r, seq); };
+  char* out = static_cast<char*>(op.recvbuff);
+  loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
+  auto reduceInto = [&](char* dst, size_t offset, size_t count) {
+    if (n == 1) {
+      std::memcpy(dst, in(0) + offset, count * es);
+      return;
+    }
+    reduceBuffers(dst, in(0) + offset, in(1) + offset, count, op.dtype, rop);
+    for (int r = 2; r < n; ++r) reduceBuffers(dst, dst, in(r) + offset, count, op.dtype, rop);
+    if (op.op == loomAvg) finishAverage(dst, count, op.dtype, n);
+  };
+  switch (op.coll) {
+    case CollKind::kAllReduce:
+      reduceInto(out, 0, op.count);
+      break;
+    case CollKind::kReduce:
+      if (me == op.root) reduceInto(out, 0, op.count);
+      break;
+    case CollKind::kBroadcast:
+      if (me != op.root)
+        std::memcpy(out, in(op.root), op.count * es);
+      else if (out != op.sendbuff)
+        std::memcpy(out, op.sendbuff, op.count * es);
+      break;
+    case CollKind::kAllGather:
+      for (int r = 0; r < n; ++r) {
+        char* dst = out + static_cast<size_t>(r) * op.count * es;
+        if (dst != in(r)) std::memcpy(dst, in(r), op.count * es);
+      }
+      break;
+    case CollKind::kReduceScatter:
+      reduceInto(out, static_cast<size_t>(me) * op.count * es, op.count);
+      break;
+    case CollKind::kAllToAll:
+      for (int r = 0; r < n; ++r)
+        std::memcpy(out + static_cast<size_t>(r) * op.count * es,
+                    in(r) + static_cast<size_t>(me) * op.count * es, op.count * es);
+      break;
+    default:
+      return LOOM_ERROR(kInternal, "{} has no low-latency path", collName(op.coll));
+  }
+  return Status();
+}
+
+}  // namespace loom

@@ -1,0 +1,748 @@
+#include "transports/shm/shm_transport.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "src/core/dtype.h"
+#include "src/core/log.h"
+#include "src/core/process.h"
+#include "src/reduce/reduce.h"
+
+namespace loom::shm {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x4c4f4f4d53484d31ull;  // "LOOMSHM1"
+constexpr size_t kLine = 64;
+constexpr size_t kPage = 4096;
+constexpr size_t kBounceBytes = 256 << 10;
+constexpr int64_t kPeerCheckNs = 20 * 1000000;  // how often a waiting rank checks peer liveness
+
+size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+struct Header {
+  uint64_t magic;
+  uint32_t nlocal;
+  uint32_t slots;
+  uint64_t slotBytes;
+  uint64_t llBytes;
+};
+
+enum SlotKind : uint32_t { kData = 1, kRts = 2 };
+
+// The 64-byte header in front of each slot's payload.
+struct SlotHdr {
+  uint32_t kind;
+  int32_t tag;
+  uint64_t msgBytes;  // the whole message
+  uint64_t offset;    // kData: where this chunk goes in the message
+  uint64_t chunk;     // kData: payload bytes in this slot
+  uint64_t addr;      // kRts: the message in the sender's address space
+  uint64_t pad[3];
+};
+static_assert(sizeof(SlotHdr) == kLine, "slot header is one cache line");
+
+long futexWait(std::atomic<uint32_t>* addr, uint32_t val, int timeoutMs) {
+  timespec ts{timeoutMs / 1000, static_cast<long>(timeoutMs % 1000) * 1000000};
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, val, &ts, nullptr, 0);
+}
+
+void futexWake(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+struct Transport::RankArea {
+  alignas(kLine) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> waiters;
+  std::atomic<uint32_t> state;
+  int32_t pid;
+  uint64_t probeAddr;
+  uint64_t probeValue;
+  // Two low-latency buffers follow, each a cache line of flags and llBytes of data.
+};
+
+struct LlFlags {
+  std::atomic<uint64_t> seq;
+  uint64_t bytes;
+  uint64_t signature;
+};
+
+static LlFlags* llFlagsOf(char* buffer) { return reinterpret_cast<LlFlags*>(buffer - kLine); }
+
+struct Transport::Ring {
+  alignas(kLine) std::atomic<uint64_t> head;   // slots produced (sender)
+  alignas(kLine) std::atomic<uint64_t> tail;   // slots consumed (receiver)
+  alignas(kLine) std::atomic<uint64_t> acked;  // single-copy messages completed (receiver)
+  alignas(kLine) char slots[1];                // slots x (SlotHdr + slotBytes)
+};
+
+struct Transport::Request {
+  bool isSend = false;
+  bool done = false;
+  bool reduce = false;
+  bool rts = false;
+  bool started = false;  // receive: the first slot of its message was taken
+  int local = 0;
+  int tag = 0;
+  char* data = nullptr;       // send: source; receive: destination
+  const char* src = nullptr;  // reduce: the other operand
+  size_t size = 0;            // send: bytes; receive: capacity
+  size_t moved = 0;           // bytes posted (send) or received (receive)
+  size_t msgBytes = 0;        // receive: the incoming message's size
+  uint64_t rtsIndex = 0;
+  loomDataType_t dt = loomFloat32;
+  loomRedOp_t op = loomSum;
+  Status error;
+  int64_t lastCheckNs = 0;
+};
+
+struct Transport::SendComm {
+  int local = 0;
+  Ring* ring = nullptr;
+  uint64_t head = 0;  // our copy of ring->head
+  uint64_t rtsPosted = 0;
+  bool useRts = false;
+  std::deque<Request*> posting;  // not fully in the ring yet, in order
+  std::vector<Request*> awaitingAck;
+  Status broken;
+};
+
+struct Transport::RecvComm {
+  int local = 0;
+  Ring* ring = nullptr;
+  uint64_t tail = 0;  // our copy of ring->tail
+  uint64_t acked = 0;
+  std::deque<Request*> posted;
+  Status broken;
+};
+
+Options fitOptions(int nlocal, Options opts) {
+  opts.slotBytes = std::max<size_t>(kLine, roundUp(opts.slotBytes, kLine));
+  opts.slots = std::max(2, opts.slots);
+  opts.llBytes = roundUp(opts.llBytes, kLine);
+  size_t pairs = static_cast<size_t>(nlocal) * static_cast<size_t>(nlocal);
+  auto total = [&] { return pairs * opts.slots * (opts.slotBytes + kLine); };
+  while (total() > opts.budgetBytes && opts.slotBytes > 4096) opts.slotBytes /= 2;
+  while (total() > opts.budgetBytes && opts.slots > 2) opts.slots /= 2;
+  return opts;
+}
+
+static size_t areaBytesOf(const Options& o) {
+  return roundUp(sizeof(Transport::RankArea) + 2 * (kLine + o.llBytes), kPage);
+}
+static size_t ringBytesOf(const Options& o) {
+  return roundUp(offsetof(Transport::Ring, slots) + o.slots * (kLine + o.slotBytes), kPage);
+}
+
+size_t segmentBytes(int nlocal, const Options& o) {
+  size_t n = static_cast<size_t>(nlocal);
+  return kPage + n * areaBytesOf(o) + roundUp(n * n, kPage) + n * n * ringBytesOf(o);
+}
+
+void Transport::format(char* base, int nlocal, const Options& opts) {
+  auto* h = reinterpret_cast<Header*>(base);
+  h->nlocal = static_cast<uint32_t>(nlocal);
+  h->slots = static_cast<uint32_t>(opts.slots);
+  h->slotBytes = opts.slotBytes;
+  h->llBytes = opts.llBytes;
+  // The segment is zero-filled; atomics at zero are valid. The magic goes last.
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
+}
+
+Result<std::unique_ptr<Transport>> Transport::attach(std::unique_ptr<Segment> seg, int me,
+                                                     std::vector<LocalPeer> peers, Options opts,
+                                                     const std::atomic<bool>* abortFlag) {
+  int n = static_cast<int>(peers.size());
+  if (me < 0 || me >= n) return LOOM_ERROR(kInternal, "shm: local index {} of {}", me, n);
+  if (seg->size() != segmentBytes(n, opts))
+    return LOOM_ERROR(kInternal, "shm: segment of {} bytes, expected {}", seg->size(),
+                      segmentBytes(n, opts));
+  auto* h = reinterpret_cast<Header*>(seg->base());
+  if (reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->load(std::memory_order_acquire) !=
+          kMagic ||
+      h->nlocal != static_cast<uint32_t>(n) || h->slots != static_cast<uint32_t>(opts.slots) ||
+      h->slotBytes != opts.slotBytes || h->llBytes != opts.llBytes)
+    return LOOM_ERROR(kInternal,
+                      "shm: segment {} has a different geometry than this rank computed (are "
+                      "the LOOM_SHM_* variables the same on every rank?)",
+                      seg->name());
+  std::unique_ptr<Transport> t(new Transport());
+  t->seg_ = std::move(seg);
+  t->me_ = me;
+  t->peers_ = std::move(peers);
+  t->opts_ = opts;
+  t->abort_ = abortFlag;
+  t->myPid_ = getpid();
+  t->areaOffset_ = kPage;
+  t->areaBytes_ = areaBytesOf(opts);
+  t->matrixOffset_ = t->areaOffset_ + n * t->areaBytes_;
+  t->ringOffset_ = t->matrixOffset_ + roundUp(static_cast<size_t>(n) * n, kPage);
+  t->ringBytes_ = ringBytesOf(opts);
+  RankArea* mine = t->area(me);
+  mine->pid = t->myPid_;
+  mine->state.store(static_cast<uint32_t>(PeerState::kAlive), std::memory_order_release);
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<SendComm>();
+    s->local = i;
+    s->ring = t->ring(me, i);
+    s->head = s->ring->head.load(std::memory_order_acquire);
+    t->sends_.push_back(std::move(s));
+    auto r = std::make_unique<RecvComm>();
+    r->local = i;
+    r->ring = t->ring(i, me);
+    r->tail = r->ring->tail.load(std::memory_order_acquire);
+    r->acked = r->ring->acked.load(std::memory_order_acquire);
+    t->recvs_.push_back(std::move(r));
+  }
+  t->bounce_.reset(new char[kBounceBytes + kLine]);
+  t->bounceAligned_ =
+      reinterpret_cast<char*>(roundUp(reinterpret_cast<uintptr_t>(t->bounce_.get()), kLine));
+  return t;
+}
+
+Transport::~Transport() = default;  // requests in flight are dropped (owned_ frees them)
+
+Transport::RankArea* Transport::area(int local) const {
+  return reinterpret_cast<RankArea*>(seg_->base() + areaOffset_ + local * areaBytes_);
+}
+
+Transport::Ring* Transport::ring(int from, int to) const {
+  size_t idx = static_cast<size_t>(from) * peers_.size() + static_cast<size_t>(to);
+  return reinterpret_cast<Ring*>(seg_->base() + ringOffset_ + idx * ringBytes_);
+}
+
+uint8_t* Transport::canRead(int reader, int owner) const {
+  return reinterpret_cast<uint8_t*>(seg_->base() + matrixOffset_ +
+                                    static_cast<size_t>(reader) * peers_.size() + owner);
+}
+
+// ---- single-copy probe ----------------------------------------------------------------------
+
+void Transport::publishProbe() {
+  std::random_device rd;
+  probe_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x5a5a5a5a5a5a5a5aull;
+  RankArea* a = area(me_);
+  a->probeAddr = reinterpret_cast<uint64_t>(&probe_);
+  a->probeValue = probe_;
+}
+
+void Transport::probePeers() {
+  for (int i = 0; i < nlocal(); ++i) {
+    uint8_t ok = 0;
+    if (i == me_ || !opts_.singleCopy) {
+      ok = i == me_;
+    } else if (peers_[i].pid == myPid_) {
+      ok = 1;  // a thread of this process: plain memcpy
+    } else {
+      RankArea* a = area(i);
+      uint64_t got = 0;
+      iovec local{&got, sizeof(got)};
+      iovec remote{reinterpret_cast<void*>(a->probeAddr), sizeof(got)};
+      ssize_t n = process_vm_readv(peers_[i].pid, &local, 1, &remote, 1, 0);
+      ok = n == static_cast<ssize_t>(sizeof(got)) && got == a->probeValue;
+      if (!ok)
+        LOOM_INFO(kSubShm, "process_vm_readv from rank {} (pid {}) is not allowed ({}): eager copy",
+                  peers_[i].rank, peers_[i].pid, n < 0 ? std::strerror(errno) : "wrong data");
+    }
+    *canRead(me_, i) = ok;
+  }
+}
+
+bool Transport::receiverCanRead(int local) const {
+  return opts_.singleCopy && *canRead(local, me_) != 0;
+}
+
+std::string Transport::singleCopySummary() const {
+  int direct = 0, cma = 0, eager = 0;
+  for (int i = 0; i < nlocal(); ++i) {
+    if (i == me_) continue;
+    bool can = receiverCanRead(i) && *canRead(me_, i);
+    if (!can)
+      ++eager;
+    else if (peers_[i].pid == myPid_)
+      ++direct;
+    else
+      ++cma;
+  }
+  return fmt::format(
+      "single copy with {} peer(s) by process_vm_readv and {} by memcpy (threads), "
+      "eager copy with {}",
+      cma, direct, eager);
+}
+
+void* Transport::sendComm(int local) {
+  SendComm* c = sends_[local].get();
+  c->useRts = receiverCanRead(local);
+  return c;
+}
+
+void* Transport::recvComm(int local) { return recvs_[local].get(); }
+
+// ---- state and doorbells ----------------------------------------------------------------------
+
+void Transport::setState(PeerState s) {
+  area(me_)->state.store(static_cast<uint32_t>(s), std::memory_order_seq_cst);
+  for (int i = 0; i < nlocal(); ++i)
+    if (i != me_) {
+      RankArea* a = area(i);
+      a->bell.fetch_add(1, std::memory_order_seq_cst);
+      futexWake(&a->bell);
+    }
+}
+
+void Transport::wake(int local) {
+  RankArea* a = area(local);
+  // Pairs with the waiter's seq_cst increment of `waiters` before it re-checks the rings: either
+  // it sees what we published, or we see it waiting.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (a->waiters.load(std::memory_order_relaxed) == 0) return;
+  a->bell.fetch_add(1, std::memory_order_seq_cst);
+  futexWake(&a->bell);
+}
+
+Status Transport::peerGone(int local) {
+  const LocalPeer& p = peers_[local];
+  auto st = static_cast<PeerState>(area(local)->state.load(std::memory_order_acquire));
+  if (st == PeerState::kFailed)
+    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) failed", p.rank, p.pid);
+  if (st == PeerState::kClosed)
+    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) destroyed its communicator",
+                      p.rank, p.pid);
+  if (p.pid != myPid_ && processGone(p.pid))
+    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) exited", p.rank, p.pid);
+  return Status();
+}
+
+Status Transport::checkPeer(int local, int64_t* lastCheckNs) {
+  int64_t now = nowNs();
+  if (*lastCheckNs == 0) {
+    *lastCheckNs = now;
+    return Status();
+  }
+  if (now - *lastCheckNs < kPeerCheckNs) return Status();
+  *lastCheckNs = now;
+  // A peer waiting in a low-latency collective this rank did not enter (so it will never send
+  // what this rank waits for): the ranks disagree about the operation.
+  uint64_t peerSeq = std::max(llFlagsOf(llBuffer(local, 0))->seq.load(std::memory_order_acquire),
+                              llFlagsOf(llBuffer(local, 1))->seq.load(std::memory_order_acquire));
+  if (peerSeq > llSeq_)
+    return LOOM_ERROR(kInvalidUsage,
+                      "rank {} runs a small collective this rank is not running (it waits for "
+                      "this rank's low-latency contribution {} while this rank waits for a "
+                      "message): the ranks called different collectives, counts or datatypes",
+                      peers_[local].rank, peerSeq);
+  return peerGone(local);
+}
+
+// ---- data path ----------------------------------------------------------------------------
+
+Transport::Request* Transport::newRequest() {
+  if (free_.empty()) {
+    owned_.push_back(std::make_unique<Request>());
+    return owned_.back().get();
+  }
+  Request* r = free_.back();
+  free_.pop_back();
+  *r = Request();
+  return r;
+}
+
+void Transport::freeRequest(Request* r) { free_.push_back(r); }
+
+Status Transport::isend(void* sendComm, const void* data, size_t size, int tag, void*,
+                        void** request) {
+  auto* c = static_cast<SendComm*>(sendComm);
+  *request = nullptr;
+  if (!c->broken.isOk()) return c->broken;
+  Request* r = newRequest();
+  r->isSend = true;
+  r->local = c->local;
+  r->tag = tag;
+  r->data = const_cast<char*>(static_cast<const char*>(data));
+  r->size = size;
+  r->rts = c->useRts && size >= opts_.rtsMin && size > 0;
+  c->posting.push_back(r);
+  *request = r;
+  return progressSend(c);
+}
+
+Status Transport::irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                        void**, void** request) {
+  *request = nullptr;
+  if (n != 1) return LOOM_ERROR(kInternal, "shm: grouped receives (n={}) are not supported", n);
+  auto* c = static_cast<RecvComm*>(recvComm);
+  if (!c->broken.isOk()) return c->broken;
+  Request* r = newRequest();
+  r->local = c->local;
+  r->tag = tags[0];
+  r->data = static_cast<char*>(data[0]);
+  r->size = sizes[0];
+  c->posted.push_back(r);
+  *request = r;
+  return progressRecv(c);
+}
+
+Status Transport::irecvReduce(void* recvComm, void* dst, const void* src, size_t size, int tag,
+                              loomDataType_t dt, loomRedOp_t op, void** request) {
+  *request = nullptr;
+  auto* c = static_cast<RecvComm*>(recvComm);
+  if (!c->broken.isOk()) return c->broken;
+  Request* r = newRequest();
+  r->local = c->local;
+  r->tag = tag;
+  r->data = static_cast<char*>(dst);
+  r->src = static_cast<const char*>(src);
+  r->size = size;
+  r->reduce = true;
+  r->dt = dt;
+  r->op = op == loomAvg ? loomSum : op;
+  c->posted.push_back(r);
+  *request = r;
+  return progressRecv(c);
+}
+
+Status Transport::progressSend(SendComm* c) {
+  Ring* rg = c->ring;
+  bool posted = false;
+  while (!c->posting.empty()) {
+    Request* r = c->posting.front();
+    uint64_t tail = rg->tail.load(std::memory_order_acquire);
+    if (c->head - tail >= static_cast<uint64_t>(opts_.slots)) break;  // ring full
+    char* slot = rg->slots + (c->head % opts_.slots) * (kLine + opts_.slotBytes);
+    auto* h = reinterpret_cast<SlotHdr*>(slot);
+    h->tag = r->tag;
+    h->msgBytes = r->size;
+    if (r->rts) {
+      h->kind = kRts;
+      h->addr = reinterpret_cast<uint64_t>(r->data);
+      r->moved = r->size;
+      r->rtsIndex = ++c->rtsPosted;
+    } else {
+      size_t chunk = std::min(opts_.slotBytes, r->size - r->moved);
+      h->kind = kData;
+      h->offset = r->moved;
+      h->chunk = chunk;
+      if (chunk) std::memcpy(slot + kLine, r->data + r->moved, chunk);
+      r->moved += chunk;
+    }
+    ++c->head;
+    rg->head.store(c->head, std::memory_order_release);
+    posted = true;
+    if (r->moved == r->size) {
+      c->posting.pop_front();
+      if (r->rts)
+        c->awaitingAck.push_back(r);
+      else
+        r->done = true;
+    }
+  }
+  if (posted) wake(c->local);
+  if (!c->awaitingAck.empty()) {
+    uint64_t acked = rg->acked.load(std::memory_order_acquire);
+    for (size_t i = 0; i < c->awaitingAck.size();) {
+      if (c->awaitingAck[i]->rtsIndex <= acked) {
+        c->awaitingAck[i]->done = true;
+        c->awaitingAck[i] = c->awaitingAck.back();
+        c->awaitingAck.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  return Status();
+}
+
+Status Transport::pull(RecvComm* c, Request* r, uint64_t addr, size_t bytes) {
+  const LocalPeer& p = peers_[c->local];
+  const char* remote = reinterpret_cast<const char*>(addr);
+  if (p.pid == myPid_) {  // threads of one process: read the peer's buffer directly
+    if (r->reduce) {
+      size_t es = dataTypeSize(r->dt);
+      reduceBuffers(r->data, r->src, remote, bytes / es, r->dt, r->op);
+    } else {
+      std::memcpy(r->data, remote, bytes);
+    }
+    return Status();
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    char* into = r->reduce ? bounceAligned_ : r->data + done;
+    size_t want = r->reduce ? std::min(kBounceBytes, bytes - done) : bytes - done;
+    size_t got = 0;
+    while (got < want) {
+      iovec l{into + got, want - got};
+      iovec rem{const_cast<char*>(remote + done + got), want - got};
+      ssize_t n = process_vm_readv(p.pid, &l, 1, &rem, 1, 0);
+      if (n <= 0) {
+        int e = errno;
+        Status gone = peerGone(c->local);
+        if (!gone.isOk()) return gone;
+        return LOOM_ERROR(kSystem, "process_vm_readv of {} bytes from rank {} (pid {}): {}",
+                          want - got, p.rank, p.pid, n < 0 ? std::strerror(e) : "no progress");
+      }
+      got += static_cast<size_t>(n);
+    }
+    if (r->reduce) {
+      size_t es = dataTypeSize(r->dt);
+      reduceBuffers(r->data + done, r->src + done, bounceAligned_, want / es, r->dt, r->op);
+    }
+    done += want;
+  }
+  return Status();
+}
+
+Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
+  const auto* h = reinterpret_cast<const SlotHdr*>(slot);
+  if (!r->started) {
+    if (h->tag != r->tag)
+      return LOOM_ERROR(kRemote, "message tag {:#x} does not match the posted receive's tag {:#x}",
+                        h->tag, r->tag);
+    if (h->msgBytes > r->size)
+      return LOOM_ERROR(kRemote, "message truncated: {} bytes into a buffer of {}", h->msgBytes,
+                        r->size);
+    if (r->reduce && h->msgBytes != r->size)
+      return LOOM_ERROR(kRemote, "message of {} bytes where a reduction of {} was posted",
+                        h->msgBytes, r->size);
+    r->started = true;
+    r->msgBytes = h->msgBytes;
+  }
+  if (h->kind == kRts) {
+    LOOM_TRY(pull(c, r, h->addr, h->msgBytes));
+    r->moved = h->msgBytes;
+    return Status();
+  }
+  if (h->kind != kData || h->offset != r->moved || h->chunk > r->msgBytes - r->moved)
+    return LOOM_ERROR(kInternal, "shm: corrupt slot (kind {}, offset {}, chunk {})", h->kind,
+                      h->offset, h->chunk);
+  if (h->chunk) {
+    if (r->reduce) {
+      size_t es = dataTypeSize(r->dt);
+      reduceBuffers(r->data + h->offset, r->src + h->offset, slot + kLine, h->chunk / es, r->dt,
+                    r->op);
+    } else {
+      std::memcpy(r->data + h->offset, slot + kLine, h->chunk);
+    }
+  }
+  r->moved += h->chunk;
+  return Status();
+}
+
+Status Transport::progressRecv(RecvComm* c) {
+  Ring* rg = c->ring;
+  bool consumed = false;
+  Status st;
+  while (!c->posted.empty()) {
+    Request* r = c->posted.front();
+    uint64_t head = rg->head.load(std::memory_order_acquire);
+    if (c->tail == head) break;
+    const char* slot = rg->slots + (c->tail % opts_.slots) * (kLine + opts_.slotBytes);
+    bool rts = reinterpret_cast<const SlotHdr*>(slot)->kind == kRts;
+    st = deliver(c, r, slot);
+    if (!st.isOk()) break;
+    ++c->tail;
+    rg->tail.store(c->tail, std::memory_order_release);
+    if (rts) rg->acked.store(++c->acked, std::memory_order_release);
+    consumed = true;
+    if (r->moved == r->msgBytes) {
+      r->done = true;
+      c->posted.pop_front();
+    }
+  }
+  if (consumed) wake(c->local);
+  if (!st.isOk()) {
+    c->broken = st;
+    return st;
+  }
+  return Status();
+}
+
+Status Transport::test(void* request, int* done, size_t* sizes) {
+  auto* r = static_cast<Request*>(request);
+  *done = 0;
+  if (!r->done) {
+    Status st =
+        r->isSend ? progressSend(sends_[r->local].get()) : progressRecv(recvs_[r->local].get());
+    if (st.isOk() && !r->done) st = checkPeer(r->local, &r->lastCheckNs);
+    if (!st.isOk()) {
+      // The request stays queued in its comm (which is now broken); the caller drops it.
+      return st;
+    }
+    if (!r->done) return Status();
+  }
+  *done = 1;
+  if (sizes) *sizes = r->isSend ? r->size : r->msgBytes;
+  freeRequest(r);
+  return Status();
+}
+
+bool Transport::anythingReady() {
+  for (auto& c : recvs_)
+    if (!c->posted.empty() && c->ring->head.load(std::memory_order_acquire) != c->tail) return true;
+  for (auto& c : sends_) {
+    if (!c->posting.empty() && c->head - c->ring->tail.load(std::memory_order_acquire) <
+                                   static_cast<uint64_t>(opts_.slots))
+      return true;
+    if (!c->awaitingAck.empty() && c->ring->acked.load(std::memory_order_acquire) >= 1 &&
+        c->ring->acked.load(std::memory_order_acquire) >= c->awaitingAck.front()->rtsIndex)
+      return true;
+  }
+  for (int i = 0; i < nlocal(); ++i)
+    if (i != me_ && area(i)->state.load(std::memory_order_acquire) != 0) return true;
+  return false;
+}
+
+void Transport::waitActivity(void* const*, int, void*, int timeoutMs) {
+  RankArea* a = area(me_);
+  a->waiters.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t v = a->bell.load(std::memory_order_seq_cst);
+  if (!anythingReady() && !(abort_ && abort_->load(std::memory_order_acquire)))
+    futexWait(&a->bell, v, std::max(1, timeoutMs));
+  a->waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+Status Transport::closeSend(void*) { return Status(); }
+Status Transport::closeRecv(void*) { return Status(); }
+Status Transport::closeListen(void*) { return Status(); }
+
+Status Transport::getProperties(int, net::Properties* props) const {
+  props->name = "shm";
+  props->ptrSupport = net::kPtrHost;
+  props->latencyUs = 0.2f;
+  return Status();
+}
+
+Status Transport::listen(int, net::Handle*, void**) {
+  return LOOM_ERROR(kInternal, "shm: connections are made at communicator init, not by listen");
+}
+Status Transport::connect(int, const net::Handle&, void**) {
+  return LOOM_ERROR(kInternal, "shm: connections are made at communicator init, not by connect");
+}
+Status Transport::accept(void*, void**) {
+  return LOOM_ERROR(kInternal, "shm: connections are made at communicator init, not by accept");
+}
+Status Transport::regMr(void*, void*, size_t, int, void** mhandle) {
+  *mhandle = nullptr;
+  return Status();
+}
+Status Transport::deregMr(void*, void*) { return Status(); }
+
+// ---- low-latency exchange -----------------------------------------------------------------
+
+char* Transport::llBuffer(int local, uint64_t seq) {
+  char* base = reinterpret_cast<char*>(area(local)) + roundUp(sizeof(RankArea), kLine);
+  return base + (seq & 1) * (kLine + opts_.llBytes) + kLine;
+}
+
+void Transport::llPublish(uint64_t seq, uint64_t bytes, uint64_t signature) {
+  LlFlags* f = llFlagsOf(llBuffer(me_, seq));
+  f->bytes = bytes;
+  f->signature = signature;
+  f->seq.store(seq, std::memory_order_release);
+  llSeq_ = seq;
+  for (int i = 0; i < nlocal(); ++i)
+    if (i != me_) wake(i);
+}
+
+bool Transport::llOneReady(uint64_t local, uint64_t seq) {
+  return llFlagsOf(llBuffer(static_cast<int>(local), seq))->seq.load(std::memory_order_acquire) >=
+         seq;
+}
+
+bool Transport::llAllReady(uint64_t seq, uint64_t) {
+  for (int i = 0; i < nlocal(); ++i)
+    if (!llOneReady(static_cast<uint64_t>(i), seq)) return false;
+  return true;
+}
+
+uint64_t Transport::llBytes(int local, uint64_t seq) {
+  return llFlagsOf(llBuffer(local, seq))->bytes;
+}
+
+void Transport::sleepOnBell(int timeoutMs, bool (Transport::*ready)(uint64_t, uint64_t), uint64_t a,
+                            uint64_t b) {
+  RankArea* me = area(me_);
+  me->waiters.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t v = me->bell.load(std::memory_order_seq_cst);
+  if (!(this->*ready)(a, b)) futexWait(&me->bell, v, timeoutMs);
+  me->waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+namespace {
+
+// Polls ready() (yielding the core between polls when ranks outnumber cores, else with a pause
+// instruction) for spinNs, then sleeps on the doorbell in 1 ms naps; checks abort, the deadline
+// and the peers' liveness between polls.
+template <typename Ready, typename Sleep, typename Check>
+Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* abortFlag,
+               bool yield, int64_t spinNs, int64_t timeoutMs, const char* what) {
+  if (ready()) return Status();
+  int64_t start = nowNs();
+  int64_t lastCheck = start;
+  uint32_t polls = 0;
+  while (!ready()) {
+    if ((++polls & 63) != 0) {
+      if (yield)
+        sched_yield();
+      else
+        cpuRelax();
+      continue;
+    }
+    int64_t now = nowNs();
+    if (abortFlag && abortFlag->load(std::memory_order_acquire))
+      return LOOM_ERROR(kAborted, "communicator aborted (loomCommAbort)");
+    if (now - lastCheck >= kPeerCheckNs) {
+      lastCheck = now;
+      LOOM_TRY(check());
+    }
+    if (timeoutMs > 0 && now - start > timeoutMs * 1000000)
+      return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT) waiting for {}",
+                        timeoutMs / 1000, what);
+    if (now - start >= spinNs) sleep();
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status Transport::llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs) {
+  auto check = [&]() -> Status {
+    for (int i = 0; i < nlocal(); ++i)
+      if (i != me_ && !llOneReady(static_cast<uint64_t>(i), seq)) {
+        Status gone = peerGone(i);
+        if (!gone.isOk()) return gone;
+        if (recvs_[i]->ring->head.load(std::memory_order_acquire) != recvs_[i]->tail)
+          return LOOM_ERROR(kInvalidUsage,
+                            "rank {} sent a message while this rank waits in a small "
+                            "(low-latency) collective: the ranks called different collectives, "
+                            "counts or datatypes",
+                            peers_[i].rank);
+      }
+    return Status();
+  };
+  LOOM_TRY(waitFor([&] { return llAllReady(seq, 0); },
+                   [&] { sleepOnBell(1, &Transport::llAllReady, seq, 0); }, check, abort_,
+                   opts_.yieldWhenIdle, spinNs, timeoutMs, "the other ranks of this host"));
+  for (int i = 0; i < nlocal(); ++i) {
+    LlFlags* f = llFlagsOf(llBuffer(i, seq));
+    if (f->signature != signature)
+      return LOOM_ERROR(kInvalidUsage,
+                        "rank {} called a different operation than this rank (signature {:#x}, "
+                        "here {:#x}): collectives, counts, datatypes, ops or roots differ between "
+                        "ranks",
+                        peers_[i].rank, f->signature, signature);
+  }
+  return Status();
+}
+
+}  // namespace loom::shm
