@@ -1,5 +1,7 @@
 // Every collective x datatype x op x rank count x in/out of place x count, with ranks as threads
-// and as processes, over the socket transport; plus bad input, rank failure, abort, split, groups.
+// and as processes, over shared memory (and, through the ctest variants in CMakeLists.txt, over
+// each other intra-host path and over sockets); plus bad input, rank failure, abort, split, groups.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -125,7 +127,7 @@ TEST_P(ProcessMatrix, EveryDatatypeOpCountAndPlacement) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessMatrix,
-                         ::testing::Combine(::testing::Values(2, 3, 5),
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
                                             ::testing::ValuesIn(allColls())),
                          [](const auto& p) {
                            return std::string(collName(std::get<1>(p.param))) + "_" +
@@ -270,11 +272,64 @@ TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {
 
 // ---- Failures, abort, timeouts -----------------------------------------------------------------
 
+// Shared-memory segments are named /loom-<pid of the host's first rank>-<nonce>.
+std::vector<std::string> segmentsOf(const WorkerResult& res) {
+  std::vector<std::string> left;
+  size_t at = res.output[0].find("worker pid ");
+  if (at == std::string::npos) return {"(rank 0 printed no pid)"};
+  std::string prefix = "loom-" + std::to_string(atoi(res.output[0].c_str() + at + 11)) + "-";
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) left.push_back(e->d_name);
+    closedir(d);
+  }
+  return left;
+}
+
 TEST(Failure, KilledRankIsNamedBySurvivors) {
   WorkerResult res = runWorkers(3, "kill:2", {{"LOOM_TIMEOUT", "30"}});
   EXPECT_TRUE(res.killedBySignal(2)) << res.describe(2);
   for (int r = 0; r < 2; ++r)
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
+}
+
+TEST(Failure, KilledRankOnTheLowLatencyPathIsNamed) {
+  WorkerResult res = runWorkers(3, "killsmall:1", {{"LOOM_TIMEOUT", "30"}});
+  EXPECT_TRUE(res.killedBySignal(1)) << res.describe(1);
+  for (int r : {0, 2}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
+}
+
+TEST(Shm, ProcessesUseSharedMemorySayItAndLeaveNothingInDevShm) {
+  WorkerResult res =
+      runWorkers(3, "matrix:AllReduce", {{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("shared memory with 3 local ranks"), std::string::npos)
+        << res.output[r];
+  }
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
+}
+
+TEST(Shm, RanksOnDifferentPathsFailInsteadOfHanging) {
+  // Rank 0's count is small enough for the low-latency exchange, rank 1's goes through the
+  // direct schedule: each must notice the other is elsewhere and fail, well before LOOM_TIMEOUT.
+  ThreadRanks tr(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  auto t0 = std::chrono::steady_clock::now();
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    size_t count = rank == 0 ? 16 : size_t(1) << 20;
+    std::vector<float> a(count, 1.0f), b(count);
+    loomResult_t r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+    if (r == loomSuccess) return "rank " + std::to_string(rank) + " did not fail";
+    std::string msg = loomGetLastError();
+    if (msg.find("different") == std::string::npos && msg.find("failed") == std::string::npos)
+      return "rank " + std::to_string(rank) + ": unclear error: " + msg;
+    return "";
+  });
+  EXPECT_EQ(all, "");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
 TEST(Failure, AbortWakesABlockedCall) {

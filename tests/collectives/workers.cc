@@ -137,10 +137,12 @@ WorkerResult runWorkers(int n, const std::string& mode,
 
 namespace {
 
-int killMode(loomComm_t comm, int rank, int victim) {
-  const size_t count = size_t(4) << 20;
+// The victim kills itself 30 ms into a series of allreduces of `count` floats (large: the direct
+// path with single copy; small: the low-latency exchange), which lasts up to 20 s.
+int killMode(loomComm_t comm, int rank, int victim, size_t count) {
   std::vector<float> a(count, 1.0f), b(count);
-  for (int it = 0; it < 50; ++it) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int it = 0; std::chrono::steady_clock::now() < end; ++it) {
     if (rank == victim && it == 1) {
       std::thread([] {
         std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -169,6 +171,7 @@ int workerMain() {
     fprintf(stderr, "bad LOOM_TEST_ID\n");
     return 10;
   }
+  fprintf(stderr, "worker pid %d\n", static_cast<int>(getpid()));
   loomComm_t comm = nullptr;
   if (loomCommInitRank(&comm, n, id, rank) != loomSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, loomGetLastError());
@@ -194,7 +197,9 @@ int workerMain() {
     fprintf(stderr, "ran %d cases\n", ran);
     if (ran == 0) rc = 13;
   } else if (mode.rfind("kill:", 0) == 0) {
-    rc = killMode(comm, rank, atoi(mode.c_str() + 5));
+    rc = killMode(comm, rank, atoi(mode.c_str() + 5), size_t(4) << 20);
+  } else if (mode.rfind("killsmall:", 0) == 0) {
+    rc = killMode(comm, rank, atoi(mode.c_str() + 10), 16);
   } else {
     fprintf(stderr, "unknown worker mode %s\n", mode.c_str());
     rc = 12;

@@ -171,6 +171,7 @@ class Transport final : public net::Transport {
   volatile uint64_t probe_ = 0;  // read by peers through process_vm_readv at init
   int myPid_ = 0;
   uint64_t llSeq_ = 0;  // the last sequence this rank published
+  uint32_t polls_ = 0;  // tests of unfinished requests (peer checks look at the clock 1 in 128)
 };
 
 }  // namespace loom::shm
