@@ -225,7 +225,9 @@ class Executor {
       // busy shared-memory path a clock read per poll costs as much as the poll.
       if (idlePolls++ == 0) lastProgress = nowNs();
       if ((idlePolls & 15) != 1) {
-        if (yield)
+        // Pause for the first polls, then yield the core to whoever wants it (see waitFor in
+        // the shared-memory transport).
+        if (yield || idlePolls > 256)
           sched_yield();
         else
           cpuRelax();

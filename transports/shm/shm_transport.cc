@@ -681,8 +681,8 @@ void Transport::sleepOnBell(int timeoutMs, bool (Transport::*ready)(uint64_t, ui
 
 namespace {
 
-// Polls ready() (yielding the core between polls when ranks outnumber cores, else with a pause
-// instruction) for spinNs, then sleeps on the doorbell in 1 ms naps; checks abort, the deadline
+// Polls ready() (yielding the core between polls when ranks outnumber cores or the wait is not
+// short, else with a pause instruction) for spinNs, then sleeps on the doorbell in 1 ms naps; checks abort, the deadline
 // and the peers' liveness between polls.
 template <typename Ready, typename Sleep, typename Check>
 Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* abortFlag,
@@ -693,7 +693,10 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
   uint32_t polls = 0;
   while (!ready()) {
     if ((++polls & 63) != 0) {
-      if (yield)
+      // The first polls only pause; after that each poll gives the core away if anyone else
+      // wants it (a peer rank, or any other process on a shared machine): a peer that is not
+      // running cannot raise its flag however fast this rank polls.
+      if (yield || polls > 256)
         sched_yield();
       else
         cpuRelax();
