@@ -315,19 +315,35 @@ void exportNode(const Graph& g, int i, pugi::xml_node parent) {
     self = parent.append_child("pci");
     setAttrs(self, n.pciAttrs);
   }
+  // The node's own element (<gpu>, <nic>) is written where the first thing it holds was read, so
+  // that link elements and ports keep their order through a round trip even when a <pci> mixes
+  // <pcilink> or <pci> children with them (seen in fuzzed files).
+  const bool lazy = n.hasPci && !n.elemTag.empty();
   pugi::xml_node elem = self;
-  if (!n.elemTag.empty()) {
+  bool made = false;
+  auto makeElem = [&]() {
+    if (made) return;
     elem = self.append_child(n.elemTag.c_str());
     setAttrs(elem, n.attrs);
-  }
+    made = true;
+  };
+  if (!n.elemTag.empty() && !lazy) makeElem();
   for (const LinkElement& e : n.linkElements) {
     // <pcilink> belongs to the <pci>; <nvlink> and <c2c> to the <gpu>.
-    pugi::xml_node at = e.tag == "pcilink" ? self : elem;
-    setAttrs(at.append_child(e.tag.c_str()), e.attrs);
+    if (e.tag == "pcilink") {
+      setAttrs(self.append_child(e.tag.c_str()), e.attrs);
+      continue;
+    }
+    if (lazy) makeElem();
+    setAttrs(elem.append_child(e.tag.c_str()), e.attrs);
   }
   // Ports go in the <nic>; devices under a <pci> in the <pci>; under a cpu in the <cpu>.
-  pugi::xml_node childParent = (n.type == NodeType::kNic || !n.hasPci) ? elem : self;
-  for (int c : n.children) exportNode(g, c, childParent);
+  for (int c : n.children) {
+    bool port = n.type == NodeType::kNic && g.node(c).type == NodeType::kNet;
+    if (port && lazy) makeElem();
+    exportNode(g, c, (!n.hasPci || port) ? elem : self);
+  }
+  if (lazy) makeElem();
 }
 
 }  // namespace

@@ -58,10 +58,10 @@ const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
                     "polls) before it sleeps in poll()"};
 const Param kShmDisable{"LOOM_SHM_DISABLE", ParamType::kBool, "0",
                         "1: ranks on one host talk over sockets instead of shared memory"};
-const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY", ParamType::kBool, "1",
-                           "Large shared-memory messages are read straight from the sender's "
-                           "buffer (process_vm_readv, or memcpy between threads); 0: always copy "
-                           "through the shared slots"};
+const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY", ParamType::kInt, "1",
+                           "Large shared-memory messages read straight from the sender's buffer: "
+                           "0 never (copy through the slots), 1 between threads of one process "
+                           "(memcpy), 2 also between processes (process_vm_readv, where allowed)"};
 const Param kShmSlotSize{"LOOM_SHM_SLOT_SIZE", ParamType::kSize, "64K",
                          "Payload bytes of one slot of a shared-memory ring"};
 const Param kShmSlots{"LOOM_SHM_SLOTS", ParamType::kInt, "8",

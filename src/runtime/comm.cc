@@ -92,6 +92,7 @@ std::string PeerInfo::serialize() const {
   putStr(s, hostName);
   putU32(s, static_cast<uint32_t>(pid));
   s.append(reinterpret_cast<const char*>(netHandle.bytes), net::kHandleSize);
+  putStr(s, topo);
   return s;
 }
 
@@ -102,9 +103,13 @@ Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
   p.hostId = r.str();
   p.hostName = r.str();
   p.pid = static_cast<int>(r.u32());
-  if (!r.ok || r.pos + net::kHandleSize != blob.size())
+  if (!r.ok || r.pos + net::kHandleSize > blob.size())
     return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
   std::memcpy(p.netHandle.bytes, blob.data() + r.pos, net::kHandleSize);
+  r.pos += net::kHandleSize;
+  p.topo = r.str();
+  if (!r.ok || r.pos != blob.size())
+    return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
   return p;
 }
 
@@ -124,6 +129,45 @@ net::Transport* defaultTransport() {
   // matches the socket parameters (the transport logs why).
   static net::Transport* t = makeSocketTransport().release();
   return t;
+}
+
+const topo::Graph& localTopology() {
+  // Leaked on purpose (used until static teardown); computed once, whatever the thread.
+  static const topo::Graph* graph = [] {
+    std::string source;
+    auto g = topo::loadLocalTopology(nullptr, &source);
+    if (!g.isOk()) {
+      LOOM_WARN("no topology: {}; continuing without device information", g.status().message());
+      return new topo::Graph();
+    }
+    LOOM_INFO(kSubTopo, "topology from {}: {} nodes ({} GPUs, {} NICs)", source, g.value().size(),
+              g.value().count(topo::NodeType::kGpu), g.value().count(topo::NodeType::kNic));
+    return new topo::Graph(std::move(g).value());
+  }();
+  return *graph;
+}
+
+Status Comm::buildSystem() {
+  std::vector<topo::RankTopo> all;
+  all.reserve(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    auto t = topo::RankTopo::deserialize(peers_[r].topo);
+    if (!t.isOk())
+      return Status(t.status().code(),
+                    fmt::format("topology of {}: {}", describe(r), t.status().message()));
+    all.push_back(std::move(t).value());
+  }
+  LOOM_ASSIGN(system_, topo::SystemTopo::build(std::move(all)));
+  for (const auto& w : system_.warnings) LOOM_WARN("topology: {}", w);
+  if (rank_ == 0) {
+    std::string perHost;
+    for (const auto& h : system_.hosts)
+      perHost += fmt::format("{}{}", perHost.empty() ? "" : ",", h.ranks.size());
+    LOOM_INFO(kSubTopo, "{} ranks on {} host(s) (ranks per host: {}), {} rail(s){}", nranks_,
+              system_.hosts.size(), perHost, system_.rails.size(),
+              system_.railsUniform ? "" : " (hosts differ)");
+  }
+  return Status();
 }
 
 Comm::~Comm() {
@@ -163,6 +207,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   gethostname(host, sizeof(host) - 1);
   me.hostName = host;
   me.pid = getpid();
+  me.topo = topo::localRankTopo(localTopology(), me.hostId).serialize();
   Deadline deadline(c->timeoutMs_);
   LOOM_ASSIGN(c->bootstrap_,
               Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));
@@ -170,6 +215,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
     LOOM_ASSIGN(c->peers_[r], PeerInfo::deserialize(c->bootstrap_->blob(r)));
   }
   c->computeLocality();
+  LOOM_TRY(c->buildSystem());
   LOOM_TRY(c->initShm());
   int local = c->localRanks_;
   net::Properties props;
@@ -207,6 +253,7 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
     LOOM_ASSIGN(nb, Bootstrap::prepare(newSecret, &bootstrap_->listenAddress()));
     PeerInfo me = peers_[rank_];
     me.netHandle = nc->peers_[0].netHandle;
+    me.topo.clear();  // every member has it already (peers_), and the record has a fixed size
     std::string blob = me.serialize();
     if (blob.size() > sizeof(mine.blob)) return LOOM_ERROR(kInternal, "split: peer info too large");
     mine.addrLen = static_cast<int32_t>(nb->listenAddress().len);
@@ -240,11 +287,13 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
   nc->peers_.assign(nc->nranks_, PeerInfo());
   for (int r = 0; r < nc->nranks_; ++r) {
     LOOM_ASSIGN(nc->peers_[r], PeerInfo::deserialize(ms[r].blob));
+    nc->peers_[r].topo = peers_[members[r]->oldRank].topo;
   }
   LOOM_TRY(nb->joinRing(newRank, std::move(ms), Deadline(nc->timeoutMs_), &nc->abort_)
                .withContext("loomCommSplit joining the new communicator"));
   nc->bootstrap_ = std::move(nb);
   nc->computeLocality();
+  LOOM_TRY(nc->buildSystem());
   LOOM_TRY(nc->initShm());
   LOOM_INFO(kSubInit, "split color {} key {}: rank {} of {} (was rank {} of {})", color, key,
             newRank, nc->nranks_, rank_, nranks_);
@@ -293,7 +342,9 @@ Status Comm::initShm() {
   opts.slots = static_cast<int>(std::clamp<int64_t>(params::kShmSlots.asInt(), 2, 1024));
   opts.llBytes = static_cast<size_t>(std::clamp<int64_t>(params::kShmLlMax.asInt(), 64, 64 << 20));
   opts.rtsMin = static_cast<size_t>(std::max<int64_t>(1, params::kShmRtsMin.asInt()));
-  opts.singleCopy = params::kShmSingleCopy.asBool();
+  int64_t single = params::kShmSingleCopy.asInt();
+  opts.singleCopyThreads = single >= 1;
+  opts.singleCopyProcesses = single >= 2;
   opts.yieldWhenIdle = yieldWhenIdle_;
   opts = shm::fitOptions(n, opts);
   size_t bytes = shm::segmentBytes(n, opts);

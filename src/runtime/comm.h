@@ -16,6 +16,8 @@
 #include "loom/loom.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/status.h"
+#include "topology/discover.h"
+#include "topology/system.h"
 #include "transports/net.h"
 #include "transports/shm/shm_transport.h"
 
@@ -29,6 +31,7 @@ struct PeerInfo {
   std::string hostName;
   int pid = 0;
   net::Handle netHandle{};  // the rank's transport listener
+  std::string topo;         // topo::RankTopo::serialize(): the devices this rank sees
 
   std::string serialize() const;
   static Result<PeerInfo> deserialize(const std::string& blob);
@@ -36,6 +39,10 @@ struct PeerInfo {
 
 // This process's host identity: LOOM_HOSTID, else hostname plus the kernel boot id.
 std::string localHostId();
+
+// This host's topology (LOOM_TOPO_FILE, or discovery), computed once per process. When it cannot
+// be had, a warning says why and the graph is empty (the communicator still works).
+const topo::Graph& localTopology();
 
 // One direction of one (peer, channel) connection.
 struct Connection {
@@ -108,6 +115,8 @@ class Comm {
   std::atomic<int> activeCalls{0};
   // Ranks (threads or processes) of this communicator on this host.
   int localRanks() const { return localRanks_; }
+  // Hosts, ranks per host and the devices of every rank, the same on every rank.
+  const topo::SystemTopo& system() const { return system_; }
   // How long the progress loop polls (yielding the core between polls) without progress before
   // it sleeps in poll(): LOOM_SPIN_US.
   int64_t spinNs() const { return spinNs_; }
@@ -152,7 +161,10 @@ class Comm {
   std::unique_ptr<shm::Transport> shm_;
   std::vector<int> localIndex_;  // rank -> index among the ranks on shared memory, or -1
   uint64_t llSeq_ = 0;
+  topo::SystemTopo system_;
   void computeLocality();
+  // Builds system_ from every rank's PeerInfo::topo.
+  Status buildSystem();
   // Collective over all ranks (every rank calls it, whatever its host): sets up shared memory
   // among the ranks of each host, or leaves them on the network when it cannot (with a warning).
   Status initShm();

@@ -74,7 +74,7 @@ TEST_P(ShmSizes, BytesArriveIntactAndReduce) {
   o.slots = 4;
   o.llBytes = 4096;
   o.rtsMin = 1;
-  o.singleCopy = singleCopy;
+  o.singleCopyThreads = singleCopy;
   Pair p = makePair(o);
   ASSERT_EQ(p.t[0]->receiverCanRead(1), singleCopy);
   std::vector<char> src(bytes), dst(bytes + 16, 0x55);
@@ -111,7 +111,7 @@ TEST(Shm, WrongTagAndTruncationAreErrorsNotCorruption) {
   o.slots = 4;
   o.llBytes = 4096;
   for (bool single : {false, true}) {
-    o.singleCopy = single;
+    o.singleCopyThreads = single;
     o.rtsMin = 1;
     {
       Pair p = makePair(o);

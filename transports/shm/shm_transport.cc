@@ -240,10 +240,12 @@ void Transport::publishProbe() {
 void Transport::probePeers() {
   for (int i = 0; i < nlocal(); ++i) {
     uint8_t ok = 0;
-    if (i == me_ || !opts_.singleCopy) {
-      ok = i == me_;
+    if (i == me_) {
+      ok = 1;
     } else if (peers_[i].pid == myPid_) {
-      ok = 1;  // a thread of this process: plain memcpy
+      ok = opts_.singleCopyThreads;  // a thread of this process: plain memcpy
+    } else if (!opts_.singleCopyProcesses) {
+      ok = 0;
     } else {
       RankArea* a = area(i);
       uint64_t got = 0;
@@ -259,9 +261,7 @@ void Transport::probePeers() {
   }
 }
 
-bool Transport::receiverCanRead(int local) const {
-  return opts_.singleCopy && *canRead(local, me_) != 0;
-}
+bool Transport::receiverCanRead(int local) const { return *canRead(local, me_) != 0; }
 
 std::string Transport::singleCopySummary() const {
   int direct = 0, cma = 0, eager = 0;
@@ -527,12 +527,13 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
     return LOOM_ERROR(kInternal, "shm: corrupt slot (kind {}, offset {}, chunk {})", h->kind,
                       h->offset, h->chunk);
   if (h->chunk) {
+    char* dst = r->data + h->offset;
+    const char* in = slot + kLine;
     if (r->reduce) {
       size_t es = dataTypeSize(r->dt);
-      reduceBuffers(r->data + h->offset, r->src + h->offset, slot + kLine, h->chunk / es, r->dt,
-                    r->op);
+      reduceBuffers(dst, r->src + h->offset, in, h->chunk / es, r->dt, r->op);
     } else {
-      std::memcpy(r->data + h->offset, slot + kLine, h->chunk);
+      std::memcpy(dst, in, h->chunk);
     }
   }
   r->moved += h->chunk;
@@ -682,8 +683,8 @@ void Transport::sleepOnBell(int timeoutMs, bool (Transport::*ready)(uint64_t, ui
 namespace {
 
 // Polls ready() (yielding the core between polls when ranks outnumber cores or the wait is not
-// short, else with a pause instruction) for spinNs, then sleeps on the doorbell in 1 ms naps; checks abort, the deadline
-// and the peers' liveness between polls.
+// short, else with a pause instruction) for spinNs, then sleeps on the doorbell in 1 ms naps;
+// checks abort, the deadline and the peers' liveness between polls.
 template <typename Ready, typename Sleep, typename Check>
 Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* abortFlag,
                bool yield, int64_t spinNs, int64_t timeoutMs, const char* what) {

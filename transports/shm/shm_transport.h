@@ -42,11 +42,14 @@
 namespace loom::shm {
 
 struct Options {
-  size_t slotBytes = 64 << 10;      // payload bytes per slot (a multiple of 64)
-  int slots = 8;                    // slots per ring
-  size_t llBytes = 64 << 10;        // low-latency buffer per rank (two of them)
-  size_t rtsMin = 64 << 10;         // messages at least this large use single copy when possible
-  bool singleCopy = true;           // allow single copy at all (LOOM_SHM_SINGLE_COPY)
+  size_t slotBytes = 64 << 10;  // payload bytes per slot (a multiple of 64)
+  int slots = 8;                // slots per ring
+  size_t llBytes = 64 << 10;    // low-latency buffer per rank (two of them)
+  size_t rtsMin = 64 << 10;     // messages at least this large use single copy when possible
+  // Single copy (LOOM_SHM_SINGLE_COPY): between threads of one process (memcpy from the peer's
+  // buffer), and between processes with process_vm_readv where the kernel allows it.
+  bool singleCopyThreads = true;
+  bool singleCopyProcesses = false;
   bool yieldWhenIdle = false;       // waits yield the core between polls (more ranks than cores)
   size_t budgetBytes = 256u << 20;  // rings shrink (slot size, then count) to fit this total
 };
