@@ -19,6 +19,7 @@
 #include "src/core/params.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/executor.h"
+#include "src/runtime/low_latency.h"
 
 struct loomComm {
   std::unique_ptr<loom::Comm> impl;
@@ -208,6 +209,8 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
     return Status();
   }
   CallScope scope(c);
+  // Small collectives of a one-host communicator skip the executor (and its allocations).
+  if (lowLatencyEligible(*c, a)) return runLowLatency(c, a);
   return executeOps({q});
 }
 

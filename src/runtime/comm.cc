@@ -419,6 +419,8 @@ Status Comm::initShm() {
     return Status();
   }
   for (int i = 0; i < n; ++i) localIndex_[local[i]] = i;
+  llMax_ = std::min(static_cast<size_t>(std::max<int64_t>(0, params::kShmLlMax.asInt())),
+                    shm_->options().llBytes);
   LOOM_INFO(kSubShm,
             "shared memory with {} local ranks: segment {} ({} KiB, rings of {} x {} KiB, "
             "low-latency buffers of {} KiB), {}{}",

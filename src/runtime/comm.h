@@ -82,6 +82,9 @@ class Comm {
   bool allLocal() const { return shm_ && shm_->nlocal() == nranks_; }
   // Sequence number of the next low-latency operation (the same on every rank).
   uint64_t nextLlSeq() { return ++llSeq_; }
+  // Largest contribution (bytes per rank) of the low-latency exchange: LOOM_SHM_LL_MAX as read at
+  // init, bounded by the buffers; 0 without shared memory.
+  size_t llMax() const { return llMax_; }
   PlanCache& plans() { return *plans_; }
 
   // Nonblocking connection setup, driven by the executor. Returns the transport comm once the
@@ -161,6 +164,7 @@ class Comm {
   std::unique_ptr<shm::Transport> shm_;
   std::vector<int> localIndex_;  // rank -> index among the ranks on shared memory, or -1
   uint64_t llSeq_ = 0;
+  size_t llMax_ = 0;
   topo::SystemTopo system_;
   void computeLocality();
   // Builds system_ from every rank's PeerInfo::topo.

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "src/core/dtype.h"
-#include "src/core/params.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
 
@@ -34,10 +33,8 @@ size_t publishedBytes(const OpArgs& op, int rank, int nranks) {
 bool lowLatencyEligible(const Comm& comm, const OpArgs& op) {
   if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return false;
   if (op.coll == CollKind::kSendRecv) return false;
-  size_t limit = static_cast<size_t>(params::kShmLlMax.asInt());
   // The root's size decides for a broadcast, so that every rank decides the same.
-  size_t bytes = publishedBytes(op, op.root, comm.nranks());
-  return bytes <= limit && bytes <= comm.shm()->options().llBytes;
+  return publishedBytes(op, op.root, comm.nranks()) <= comm.llMax();
 }
 
 Status runLowLatency(Comm* comm, const OpArgs& op) {
