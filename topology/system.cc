@@ -104,6 +104,16 @@ std::string RankTopo::serialize() const {
     putU64(s, p.guid);
     s.push_back(p.gdr ? 1 : 0);
   }
+  // GPU pair paths: present only when complete (gpus^2 entries).
+  bool pathsComplete = gpuPathType.size() == gpus.size() * gpus.size() &&
+                       gpuPathBw.size() == gpuPathType.size() && !gpus.empty();
+  s.push_back(pathsComplete ? 1 : 0);
+  if (pathsComplete) {
+    for (size_t i = 0; i < gpuPathType.size(); i++) {
+      s.push_back(static_cast<char>(gpuPathType[i]));
+      putF64(s, gpuPathBw[i]);
+    }
+  }
   return s;
 }
 
@@ -140,6 +150,15 @@ Result<RankTopo> RankTopo::deserialize(std::string_view blob) {
     p.guid = r.u64();
     p.gdr = r.uint(1) != 0;
     t.ports.push_back(std::move(p));
+  }
+  if (r.uint(1) != 0) {
+    size_t n = t.gpus.size() * t.gpus.size();
+    for (size_t i = 0; r.ok && i < n; i++) {
+      uint64_t type = r.uint(1);
+      if (type > static_cast<uint64_t>(PathType::kDis)) r.ok = false;
+      t.gpuPathType.push_back(static_cast<PathType>(type));
+      t.gpuPathBw.push_back(static_cast<float>(r.f64()));
+    }
   }
   if (!r.ok || r.pos != blob.size()) {
     return LOOM_ERROR(kInvalidArgument, "rank topology: malformed ({} bytes, stopped at {})",
@@ -194,7 +213,62 @@ RankTopo localRankTopo(const Graph& graph, const std::string& hostId) {
     g.nearestPort = net >= 0 ? portIndex[net] : -1;
     t.gpus.push_back(std::move(g));
   }
+  std::vector<int> gpuNodes = graph.nodesOfType(NodeType::kGpu);
+  for (int a : gpuNodes) {
+    for (int b : gpuNodes) {
+      const Path& p = paths.get(a, b);
+      t.gpuPathType.push_back(a == b ? PathType::kLoc : p.type);
+      t.gpuPathBw.push_back(p.bw);
+    }
+  }
   return t;
+}
+
+Path SystemTopo::rankPath(int a, int b) const {
+  Path p;
+  if (a < 0 || b < 0 || a >= nRanks() || b >= nRanks()) return p;  // kDis
+  if (a == b) {
+    p.type = PathType::kLoc;
+    return p;
+  }
+  const RankTopo& ta = ranks[a];
+  const RankTopo& tb = ranks[b];
+  // The GPU a rank uses (index into its host view's gpus), or -1.
+  auto gpuOf = [&](int r) {
+    const RankTopo& view = hostView(r);
+    for (size_t i = 0; i < view.gpus.size(); i++)
+      if (ranks[r].cudaDev >= 0 && view.gpus[i].dev == ranks[r].cudaDev) return static_cast<int>(i);
+    return -1;
+  };
+  if (!sameHost(a, b)) {
+    auto portBw = [&](int r) {
+      const RankTopo& view = hostView(r);
+      int g = gpuOf(r);
+      if (g >= 0 && view.gpus[g].nearestPort >= 0)
+        return view.ports[view.gpus[g].nearestPort].speedGBs;
+      double best = 0;
+      for (const auto& port : view.ports) best = std::max(best, port.speedGBs);
+      return best;
+    };
+    p.type = PathType::kNet;
+    p.bw = static_cast<float>(std::min(portBw(a), portBw(b)));
+    p.hops = 2;
+    return p;
+  }
+  const RankTopo& view = hostView(a);
+  int ga = gpuOf(a), gb = gpuOf(b);
+  size_t n = view.gpus.size();
+  if (ga >= 0 && gb >= 0 && view.gpuPathType.size() == n * n) {
+    size_t i = static_cast<size_t>(ga) * n + static_cast<size_t>(gb);
+    p.type = view.gpuPathType[i];
+    p.bw = view.gpuPathBw[i];
+    p.hops = 1;
+    return p;
+  }
+  bool sameNuma = ta.numaNode < 0 || tb.numaNode < 0 || ta.numaNode == tb.numaNode;
+  p.type = sameNuma ? PathType::kLoc : PathType::kSys;
+  p.hops = sameNuma ? 0 : 1;
+  return p;
 }
 
 Result<SystemTopo> SystemTopo::build(std::vector<RankTopo> ranks) {

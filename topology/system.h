@@ -26,6 +26,7 @@
 
 #include "src/core/status.h"
 #include "topology/graph.h"
+#include "topology/paths.h"
 
 namespace loom::topo {
 
@@ -53,6 +54,10 @@ struct RankTopo {
   int cudaDev = -1;   // the GPU this rank uses (set by the caller); -1: none
   std::vector<Gpu> gpus;
   std::vector<Port> ports;
+  // Best path between every ordered pair of the host's GPUs (row-major, gpus.size()^2 entries):
+  // type and bottleneck bandwidth (GB/s), as Paths computes them on the host's graph.
+  std::vector<PathType> gpuPathType;
+  std::vector<float> gpuPathBw;
 
   // Compact binary form for the init exchange. deserialize() never trusts its input: any
   // truncated, oversized or otherwise malformed blob gives kInvalidArgument.
@@ -85,6 +90,16 @@ struct SystemTopo {
   bool sameHost(int a, int b) const { return hostOf[a] == hostOf[b]; }
   // The devices of a rank's host as seen by the host's first rank (the host's agreed view).
   const RankTopo& hostView(int rank) const { return ranks[hosts[hostOf[rank]].ranks[0]]; }
+
+  // The path between the devices two ranks use, with NCCL's path types:
+  //  - the same rank: LOC;
+  //  - ranks on different hosts: NET, with the bandwidth of the narrower of the two ranks'
+  //    network ports (a rank using a GPU: that GPU's nearest port; otherwise its host's fastest
+  //    port; 0 when a host has no port) and 2 hops (rank to network, network to rank);
+  //  - two ranks of one host using GPUs: the host's GPU-to-GPU path (NVL, PIX, ..., SYS);
+  //  - other ranks of one host (host memory): LOC on the same NUMA node (or when either node is
+  //    unknown), SYS across NUMA nodes; bandwidth 0 (not modelled: the planner measures it).
+  Path rankPath(int a, int b) const;
 
   // Fails (kInvalidArgument) on an empty list only.
   static Result<SystemTopo> build(std::vector<RankTopo> ranks);

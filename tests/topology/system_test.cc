@@ -102,6 +102,50 @@ TEST(TopologySystem, LocalRankTopoOfOciH100) {
   expectSame(t, r.value());
 }
 
+TEST(TopologySystem, RankPathsWithNetBetweenHosts) {
+  if (!std::ifstream(topoPath("oci-hpc_H100-topology.xml")).good()) {
+    GTEST_SKIP() << "missing " << topoPath("oci-hpc_H100-topology.xml");
+  }
+  auto g = importXmlFile(topoPath("oci-hpc_H100-topology.xml"));
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  // Two OCI H100 hosts, two ranks each on GPUs 0 and 5 (NUMA 0 and 1).
+  std::vector<RankTopo> ranks;
+  for (const char* host : {"h1", "h2"}) {
+    for (int dev : {0, 5}) {
+      RankTopo t = localRankTopo(g.value(), host);
+      t.cudaDev = dev;
+      auto back = RankTopo::deserialize(t.serialize());  // what the exchange carries
+      ASSERT_TRUE(back.isOk()) << back.status().message();
+      ASSERT_EQ(back.value().gpuPathType.size(), 64u);
+      ranks.push_back(std::move(back).value());
+    }
+  }
+  auto sys = SystemTopo::build(ranks);
+  ASSERT_TRUE(sys.isOk());
+  const SystemTopo& s = sys.value();
+  EXPECT_EQ(s.rankPath(0, 0).type, PathType::kLoc);
+  // GPU 0 and GPU 5 of one host: NVLink through the NVSwitch, 18 links (370.8 GB/s in the file).
+  Path local = s.rankPath(0, 1);
+  EXPECT_EQ(local.type, PathType::kNvl);
+  EXPECT_NEAR(local.bw, 370.8, 0.1);
+  // Across hosts: the network, at the speed of each GPU's nearest port (the file lists every
+  // port at speed="180000" Mb/s: 22.5 GB/s).
+  Path remote = s.rankPath(0, 3);
+  EXPECT_EQ(remote.type, PathType::kNet);
+  EXPECT_NEAR(remote.bw, 22.5, 1e-6);
+  EXPECT_EQ(remote.hops, 2);
+  EXPECT_EQ(s.rankPath(3, 0).type, PathType::kNet);
+  // Host-memory ranks: by NUMA node.
+  std::vector<RankTopo> cpu = {fakeRank("a", 0), fakeRank("a", 0), fakeRank("b", 0)};
+  cpu[1].numaNode = 1;
+  auto cs = SystemTopo::build(cpu);
+  ASSERT_TRUE(cs.isOk());
+  EXPECT_EQ(cs.value().rankPath(0, 1).type, PathType::kSys);
+  EXPECT_EQ(cs.value().rankPath(0, 2).type, PathType::kNet);
+  EXPECT_EQ(cs.value().rankPath(0, 2).bw, 0.0f);  // no ports: bandwidth unknown
+  EXPECT_EQ(cs.value().rankPath(0, 7).type, PathType::kDis);
+}
+
 TEST(TopologySystem, BuildsHostsLocalRanksAndRails) {
   // Ranks interleaved over three hosts: a b a c b a.
   std::vector<RankTopo> ranks = {fakeRank("a", 4, 25, 0), fakeRank("b", 4, 25, 0),
