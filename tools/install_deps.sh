@@ -10,6 +10,7 @@ PACKAGES=(
   iproute2 procps python3 clang-format git
   openmpi-bin libopenmpi-dev
   libhwloc-dev hwloc graphviz
+  libibverbs-dev
 )
 
 missing=()

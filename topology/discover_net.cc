@@ -1,9 +1,14 @@
-// Discovery of network devices: InfiniBand / RoCE devices (libibverbs, loaded at run time, lists
-// them and gives their GUID; the kernel's sysfs gives each port's state, link layer and rate, the
-// same values ibv_query_port returns) and network interfaces (sysfs).
+// Discovery of network devices: InfiniBand / RoCE devices and their ports (libibverbs, loaded at
+// run time and never linked, lists the devices with their GUID and queries each port's state, link
+// layer and rate; the kernel's sysfs gives the same port values when a verbs call is missing or
+// fails) and network interfaces (sysfs).
 #include <dlfcn.h>
+// Only the struct and enum definitions are used: functions are resolved with dlvsym.
+#include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "src/core/log.h"
@@ -63,7 +68,108 @@ long long rateMbps(const std::string& rate) {
   return static_cast<long long>(gbps * 1000 + 0.5);
 }
 
+// The symbol version these struct layouts belong to (libibverbs also exports IBVERBS_1.0 compat
+// functions taking older structs); plain dlsym (the default version) for a library without it.
+void* verbsSym(void* lib, const char* name) {
+  void* f = dlvsym(lib, name, "IBVERBS_1.1");
+  return f ? f : dlsym(lib, name);
+}
+
+// A verbs result struct with room after it: a library newer than these headers may fill a longer
+// one (rdma-core grows ibv_port_attr).
+template <typename T>
+struct Padded {
+  T v;
+  unsigned char slack[256];
+};
+
+struct VerbsPortFns {
+  ibv_context* (*open)(ibv_device*) = nullptr;
+  int (*close)(ibv_context*) = nullptr;
+  int (*queryDevice)(ibv_context*, ibv_device_attr*) = nullptr;
+  // The exported IBVERBS_1.1 function (verbs.h's ibv_query_port is an inline wrapper around it).
+  int (*queryPort)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
+};
+
+// Every port of a device, or nullopt with *why set.
+std::optional<std::vector<IbPort>> queryPorts(const VerbsPortFns& fn, ibv_device* dev,
+                                              std::string* why) {
+  errno = 0;
+  ibv_context* ctx = fn.open(dev);
+  if (!ctx) {
+    *why = fmt::format("ibv_open_device failed ({})", errno ? std::strerror(errno) : "no error");
+    return std::nullopt;
+  }
+  std::optional<std::vector<IbPort>> ports;
+  Padded<ibv_device_attr> da{};
+  int rc = fn.queryDevice(ctx, &da.v);
+  if (rc != 0) {
+    *why = fmt::format("ibv_query_device failed ({})", std::strerror(rc));
+  } else {
+    ports.emplace();
+    for (int p = 1; p <= da.v.phys_port_cnt; p++) {
+      Padded<ibv_port_attr> pa{};
+      rc = fn.queryPort(ctx, static_cast<uint8_t>(p), &pa.v);
+      if (rc != 0) {
+        *why = fmt::format("ibv_query_port({}) failed ({})", p, std::strerror(rc));
+        ports.reset();
+        break;
+      }
+      IbPort port;
+      port.port = p;
+      port.state = ibPortStateString(pa.v.state);
+      port.active = pa.v.state == IBV_PORT_ACTIVE;
+      port.linkLayer = ibLinkLayerString(pa.v.link_layer);
+      port.mbps = ibRateMbps(pa.v.active_speed, pa.v.active_width);
+      ports->push_back(std::move(port));
+    }
+  }
+  fn.close(ctx);
+  return ports;
+}
+
 }  // namespace
+
+int ibLanes(int activeWidth) {
+  static constexpr int kLanes[] = {1, 4, 8, 12, 2};  // bits 0..4: 1x, 4x, 8x, 12x, 2x
+  for (int i = 0; i < 5; i++) {
+    if (activeWidth & (1 << i)) return kLanes[i];
+  }
+  return 0;
+}
+
+long long ibLaneMbps(int activeSpeed) {
+  // bits 0..8: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR, XDR (NCCL rounds FDR10 to QDR's 10000).
+  static constexpr long long kMbps[] = {2500,  5000,  10000,  10000, 14000,
+                                        25000, 50000, 100000, 200000};
+  for (int i = 0; i < 9; i++) {
+    if (activeSpeed & (1 << i)) return kMbps[i];
+  }
+  return 0;
+}
+
+long long ibRateMbps(int activeSpeed, int activeWidth) {
+  return ibLaneMbps(activeSpeed) * ibLanes(activeWidth);
+}
+
+std::string ibPortStateString(int state) {
+  static constexpr const char* kNames[] = {"NOP",   "DOWN",   "INIT",
+                                           "ARMED", "ACTIVE", "ACTIVE_DEFER"};
+  const char* name = state >= 0 && state < 6 ? kNames[state] : "UNKNOWN";
+  return fmt::format("{}: {}", state, name);
+}
+
+std::string ibLinkLayerString(int linkLayer) {
+  switch (linkLayer) {
+    case IBV_LINK_LAYER_UNSPECIFIED:
+    case IBV_LINK_LAYER_INFINIBAND:
+      return "InfiniBand";
+    case IBV_LINK_LAYER_ETHERNET:
+      return "Ethernet";
+    default:
+      return "Unknown";
+  }
+}
 
 std::optional<std::vector<IbDevice>> listVerbsDevices(Builder& b) {
   DlHandle lib(dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL));
@@ -73,64 +179,122 @@ std::optional<std::vector<IbDevice>> listVerbsDevices(Builder& b) {
                          err ? err : "not found"));
     return std::nullopt;
   }
-  using GetList = void** (*)(int*);
-  using FreeList = void (*)(void**);
-  using GetName = const char* (*)(void*);
-  using GetGuid = uint64_t (*)(void*);
-  auto getList = reinterpret_cast<GetList>(dlsym(lib.get(), "ibv_get_device_list"));
-  auto freeList = reinterpret_cast<FreeList>(dlsym(lib.get(), "ibv_free_device_list"));
-  auto getName = reinterpret_cast<GetName>(dlsym(lib.get(), "ibv_get_device_name"));
-  auto getGuid = reinterpret_cast<GetGuid>(dlsym(lib.get(), "ibv_get_device_guid"));
+  auto getList =
+      reinterpret_cast<ibv_device** (*)(int*)>(verbsSym(lib.get(), "ibv_get_device_list"));
+  auto freeList =
+      reinterpret_cast<void (*)(ibv_device**)>(verbsSym(lib.get(), "ibv_free_device_list"));
+  auto getName =
+      reinterpret_cast<const char* (*)(ibv_device*)>(verbsSym(lib.get(), "ibv_get_device_name"));
+  auto getGuid =
+      reinterpret_cast<uint64_t (*)(ibv_device*)>(verbsSym(lib.get(), "ibv_get_device_guid"));
   if (!getList || !freeList || !getName || !getGuid) {
     b.source("verbs: libibverbs.so.1 lacks ibv_get_device_list/name/guid: skipped");
     return std::nullopt;
   }
+  VerbsPortFns fn;
+  fn.open = reinterpret_cast<decltype(fn.open)>(verbsSym(lib.get(), "ibv_open_device"));
+  fn.close = reinterpret_cast<decltype(fn.close)>(verbsSym(lib.get(), "ibv_close_device"));
+  fn.queryDevice =
+      reinterpret_cast<decltype(fn.queryDevice)>(verbsSym(lib.get(), "ibv_query_device"));
+  fn.queryPort = reinterpret_cast<decltype(fn.queryPort)>(verbsSym(lib.get(), "ibv_query_port"));
+  std::string missing;
+  for (auto [ok, name] : {std::pair<bool, const char*>{fn.open != nullptr, "ibv_open_device"},
+                          {fn.close != nullptr, "ibv_close_device"},
+                          {fn.queryDevice != nullptr, "ibv_query_device"},
+                          {fn.queryPort != nullptr, "ibv_query_port"}}) {
+    if (!ok) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  }
+
   int n = 0;
-  void** list = getList(&n);
+  ibv_device** list = getList(&n);
   std::vector<IbDevice> devs;
+  int fromVerbs = 0;
   for (int i = 0; list && i < n; i++) {
     const char* name = getName(list[i]);
+    if (!name) continue;
+    IbDevice d;
+    d.name = name;
     // The GUID as NCCL writes it: the big-endian value read as a host integer.
-    if (name) devs.push_back({name, getGuid(list[i])});
+    d.guid = getGuid(list[i]);
+    if (missing.empty()) {
+      std::string why;
+      d.ports = queryPorts(fn, list[i], &why);
+      if (d.ports) {
+        fromVerbs++;
+      } else {
+        b.source(fmt::format("verbs: {}: {}: its ports from sysfs", d.name, why));
+      }
+    }
+    devs.push_back(std::move(d));
   }
   if (list) freeList(list);
   // Stays loaded, as NCCL leaves it: libibverbs caches its devices and providers in globals that
   // unloading would leak (and the IB transport loads it again anyway).
   (void)lib.release();
-  b.source(fmt::format("verbs: {} InfiniBand/RoCE device(s)", devs.size()));
+  if (!missing.empty()) {
+    b.source(fmt::format(
+        "verbs: {} InfiniBand/RoCE device(s); libibverbs.so.1 lacks {}: ports from sysfs",
+        devs.size(), missing));
+  } else {
+    b.source(fmt::format(
+        "verbs: {} InfiniBand/RoCE device(s); ports of {} from ibv_query_port, of {} from sysfs",
+        devs.size(), fromVerbs, devs.size() - fromVerbs));
+  }
   return devs;
 }
 
 void addNetworks(Builder& b, const std::optional<std::vector<IbDevice>>& ib) {
   std::vector<NetEntry> nets;
   std::string maxconn = "131072";  // NCCL's IB plugin
+  size_t ibVerbsDevs = 0;          // devices whose ports verbs queried
   for (const IbDevice& d : ib.value_or(std::vector<IbDevice>())) {
     std::string dir = b.sysRoot + "/class/infiniband/" + d.name;
     std::string devPath = realPath(dir + "/device");
     std::vector<std::string> netdevs =
         devPath.empty() ? std::vector<std::string>() : listDir(devPath + "/net");
+    std::vector<IbPort> ports;
+    if (d.ports) {
+      ports = *d.ports;
+      ibVerbsDevs++;
+    } else {
+      for (const std::string& p : listDir(dir + "/ports")) {
+        std::string pdir = dir + "/ports/" + p;
+        IbPort port;
+        port.port = std::atoi(p.c_str());
+        port.state = readLine(pdir + "/state").value_or("");
+        // As verbs says it (NCCL's test): ACTIVE_DEFER is not active.
+        port.active = port.state == ibPortStateString(IBV_PORT_ACTIVE);
+        port.linkLayer = readLine(pdir + "/link_layer").value_or("");
+        port.mbps = rateMbps(readLine(pdir + "/rate").value_or(""));
+        ports.push_back(std::move(port));
+      }
+    }
     int nic = -1;
-    for (const std::string& p : listDir(dir + "/ports")) {
-      std::string pdir = dir + "/ports/" + p;
-      std::string state = readLine(pdir + "/state").value_or("");
-      std::string layer = readLine(pdir + "/link_layer").value_or("");
-      long long mbps = rateMbps(readLine(pdir + "/rate").value_or(""));
-      if (state.find("ACTIVE") == std::string::npos) {
-        b.skipped(fmt::format("{} port {}: state \"{}\", not active", d.name, p, state));
+    for (IbPort& port : ports) {
+      if (!port.active) {
+        b.skipped(
+            fmt::format("{} port {}: state \"{}\", not active", d.name, port.port, port.state));
         continue;
+      }
+      if (port.mbps <= 0 && d.ports) {
+        // A speed or width code newer than this table (XDR is only in active_speed_ex).
+        port.mbps =
+            rateMbps(readLine(fmt::format("{}/ports/{}/rate", dir, port.port)).value_or(""));
+        b.skipped(fmt::format("{} port {}: rate unknown to verbs: {} Mb/s from sysfs", d.name,
+                              port.port, port.mbps));
       }
       if (nic < 0) nic = nicNodeFor(b, devPath, d.name);
       NetEntry e;
       e.nic = nic;
       e.netdevs = netdevs;
       e.attrs = {{"name", d.name},
-                 {"speed", std::to_string(mbps)},
-                 {"port", p},
+                 {"speed", std::to_string(port.mbps)},
+                 {"port", std::to_string(port.port)},
                  {"latency", "0.000000"},
                  {"guid", fmt::format("{:#x}", d.guid)},
                  {"maxconn", maxconn},
                  {"gdr", b.gdrDriver ? "1" : "0"},
-                 {"link_layer", layer}};
+                 {"link_layer", port.linkLayer}};
       nets.push_back(std::move(e));
     }
   }
@@ -182,8 +346,11 @@ void addNetworks(Builder& b, const std::optional<std::vector<IbDevice>>& ib) {
     }
     b.raw.addNode(std::move(n));
   }
-  b.source(fmt::format("sysfs: {} network port(s) ({} InfiniBand/RoCE, {} interface(s))",
-                       nets.size(), ibNets, nets.size() - ibNets));
+  size_t ibDevs = ib ? ib->size() : 0;
+  b.source(fmt::format(
+      "network: {} port(s): {} InfiniBand/RoCE (attributes of {} device(s) from verbs, {} from "
+      "sysfs), {} interface(s) (sysfs)",
+      nets.size(), ibNets, ibVerbsDevs, ibDevs - ibVerbsDevs, nets.size() - ibNets));
 }
 
 }  // namespace loom::topo::detail

@@ -1,10 +1,11 @@
 // Discovery on this machine, discovery from a fake sysfs tree (IB ports, RoCE, virtio, virtual
-// interfaces, PCIe link speed), LOOM_TOPO_FILE / NCCL_TOPO_FILE / LOOM_TOPO_DUMP_FILE, and the
-// helpers discovery shares.
+// interfaces, PCIe link speed), IB ports from verbs over sysfs, LOOM_TOPO_FILE / NCCL_TOPO_FILE /
+// LOOM_TOPO_DUMP_FILE, and the helpers discovery shares.
 #include "topology/discover.h"
 
 #include <ftw.h>
 #include <gtest/gtest.h>
+#include <infiniband/verbs.h>  // enum values only; libibverbs is never linked
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,7 +202,8 @@ TEST(TopologyDiscover, NetworksFromFakeSysfs) {
   b.cpus.push_back(b.raw.addNode(std::move(cpu)));
   ASSERT_GE(detail::addPciNode(b, "0000:01:00.0", b.cpus[0], {}), 0);
   ASSERT_GE(detail::addPciNode(b, "0000:00:03.0", b.cpus[0], {}), 0);
-  detail::addNetworks(b, std::vector<detail::IbDevice>{{"mlx5_0", 0x9a70500003ae6d94ull}});
+  detail::addNetworks(
+      b, std::vector<detail::IbDevice>{{"mlx5_0", 0x9a70500003ae6d94ull, std::nullopt}});
   auto r = importXmlString(exportXmlString(b.raw), "fake");
   ASSERT_TRUE(r.isOk()) << r.status().message();
   const Graph& g = r.value();
@@ -248,6 +250,96 @@ TEST(TopologyDiscover, NetworksFromFakeSysfs) {
   EXPECT_TRUE(noted("eth0: speed not reported"));
   EXPECT_TRUE(noted("veth0: virtual interface"));
   EXPECT_FALSE(noted("lo"));
+}
+
+TEST(TopologyDiscover, IbPortsFromVerbsWinOverSysfs) {
+  FakeSys s;
+  const std::string hca = "devices/pci0000:00/0000:00:01.0/0000:01:00.0";
+  s.file(hca + "/class", "0x020700");  // InfiniBand controller
+  s.file(hca + "/vendor", "0x15b3");
+  s.link("bus/pci/devices/0000:01:00.0", hca);
+  // mlx5_0: sysfs says otherwise than verbs, which wins; port 3's rate comes from sysfs (XDR is
+  // only in active_speed_ex, newer than the verbs headers).
+  s.link("class/infiniband/mlx5_0/device", hca);
+  s.file("class/infiniband/mlx5_0/ports/1/state", "1: DOWN");
+  s.file("class/infiniband/mlx5_0/ports/1/link_layer", "Ethernet");
+  s.file("class/infiniband/mlx5_0/ports/1/rate", "10 Gb/sec (4X SDR)");
+  s.file("class/infiniband/mlx5_0/ports/3/rate", "800 Gb/sec (4X XDR)");
+  // mlx5_1: verbs failed for it: sysfs, where ACTIVE_DEFER is not active (as in verbs).
+  s.link("class/infiniband/mlx5_1/device", hca);
+  s.file("class/infiniband/mlx5_1/ports/1/state", "5: ACTIVE_DEFER");
+  s.file("class/infiniband/mlx5_1/ports/1/link_layer", "InfiniBand");
+  s.file("class/infiniband/mlx5_1/ports/1/rate", "400 Gb/sec (4X NDR)");
+  s.dir("class/net");
+
+  detail::Builder b;
+  HostInfo info;
+  b.info = &info;
+  b.sysRoot = s.root();
+  Node cpu;
+  cpu.type = NodeType::kCpu;
+  cpu.elemTag = "cpu";
+  cpu.numaId = 0;
+  cpu.attrs = {{"numaid", "0"}, {"affinity", "00000003"}};
+  b.cpus.push_back(b.raw.addNode(std::move(cpu)));
+  ASSERT_GE(detail::addPciNode(b, "0000:01:00.0", b.cpus[0], {}), 0);
+  detail::IbDevice verbs{"mlx5_0", 0x1122334455667788ull, std::vector<detail::IbPort>{}};
+  verbs.ports->push_back({1, detail::ibPortStateString(IBV_PORT_ACTIVE), true,
+                          detail::ibLinkLayerString(IBV_LINK_LAYER_INFINIBAND),
+                          detail::ibRateMbps(128, 2)});  // 4X NDR
+  verbs.ports->push_back({2, detail::ibPortStateString(IBV_PORT_DOWN), false, "InfiniBand", 0});
+  verbs.ports->push_back({3, detail::ibPortStateString(IBV_PORT_ACTIVE), true, "InfiniBand", 0});
+  detail::addNetworks(b, std::vector<detail::IbDevice>{verbs, {"mlx5_1", 0x99ull, std::nullopt}});
+  auto r = importXmlString(exportXmlString(b.raw), "fake");
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  const Graph& g = r.value();
+
+  ASSERT_EQ(g.count(NodeType::kNet), 2);  // mlx5_0 ports 1 and 3
+  std::vector<int> nets = g.nodesOfType(NodeType::kNet);
+  const Node& p1 = g.node(nets[0]);
+  const Node& p3 = g.node(nets[1]);
+  EXPECT_EQ(p1.name, "mlx5_0");
+  EXPECT_EQ(p1.port, 1);
+  EXPECT_DOUBLE_EQ(p1.speedGBs, 50);  // 400 Gb/s
+  EXPECT_EQ(*findAttr(p1.attrs, "link_layer"), "InfiniBand");
+  EXPECT_EQ(p1.guid, 0x1122334455667788ull);
+  EXPECT_EQ(p1.parent, g.findByBusId("0000:01:00.0"));
+  EXPECT_EQ(p3.port, 3);
+  EXPECT_DOUBLE_EQ(p3.speedGBs, 100);  // 800 Gb/s, sysfs
+  EXPECT_EQ(p3.parent, p1.parent);
+
+  auto noted = [&](const std::vector<std::string>& lines, const std::string& prefix) {
+    for (const auto& n : lines) {
+      if (n.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(noted(info.skipped, "mlx5_0 port 2: state \"1: DOWN\", not active"));
+  EXPECT_TRUE(noted(info.skipped, "mlx5_0 port 3: rate unknown to verbs: 800000 Mb/s from sysfs"));
+  EXPECT_TRUE(noted(info.skipped, "mlx5_1 port 1: state \"5: ACTIVE_DEFER\", not active"));
+  EXPECT_TRUE(noted(info.sources,
+                    "network: 2 port(s): 2 InfiniBand/RoCE (attributes of 1 "
+                    "device(s) from verbs, 1 from sysfs), 0 interface(s)"));
+}
+
+TEST(TopologyDiscover, VerbsOnThisMachine) {
+  // Without IB hardware (or without libibverbs) this only checks that the verbs path reports
+  // itself; with devices, every device's ports come from verbs or name why not.
+  detail::Builder b;
+  HostInfo info;
+  b.info = &info;
+  auto devs = detail::listVerbsDevices(b);
+  ASSERT_FALSE(info.sources.empty());
+  EXPECT_EQ(info.sources.back().rfind("verbs: ", 0), 0u) << info.sources.back();
+  if (!devs) return;
+  for (const detail::IbDevice& d : *devs) {
+    if (!d.ports) continue;
+    for (const detail::IbPort& p : *d.ports) {
+      EXPECT_GE(p.port, 1) << d.name;
+      EXPECT_FALSE(p.state.empty()) << d.name;
+      EXPECT_GE(p.mbps, 0) << d.name;
+    }
+  }
 }
 
 TEST(TopologyDiscover, FallbackPciTreeFromFakeSysfs) {
@@ -400,6 +492,41 @@ TEST(TopologyDiscover, Cpumasks) {
   EXPECT_FALSE(parseCpumask("xyz").isOk());
   EXPECT_FALSE(parseCpumask("123456789").isOk());
   EXPECT_FALSE(parseCpumask("ff,,ff").isOk());
+}
+
+TEST(TopologyDiscover, IbRatesAsNccl) {
+  EXPECT_EQ(detail::ibRateMbps(64, 2), 200000);          // 4X HDR
+  EXPECT_EQ(detail::ibRateMbps(128, 2), 400000);         // 4X NDR
+  EXPECT_EQ(detail::ibRateMbps(32, 2), 100000);          // 4X EDR
+  EXPECT_EQ(detail::ibRateMbps(16, 8), 168000);          // 12X FDR
+  EXPECT_EQ(detail::ibRateMbps(8, 2), 40000);            // 4X FDR10, NCCL's 10000 per lane
+  EXPECT_EQ(detail::ibRateMbps(4, 4), 80000);            // 8X QDR
+  EXPECT_EQ(detail::ibRateMbps(2, 16), 10000);           // 2X DDR
+  EXPECT_EQ(detail::ibRateMbps(1, 1), 2500);             // 1X SDR
+  EXPECT_EQ(detail::ibRateMbps(256, 2), 800000);         // 4X XDR
+  EXPECT_EQ(detail::ibRateMbps(64 | 32, 2 | 1), 25000);  // lowest bits, as NCCL
+  EXPECT_EQ(detail::ibLanes(16), 2);
+  EXPECT_EQ(detail::ibLaneMbps(256), 200000);
+  // Unknown codes: 0, not NCCL's last entry (the caller then reads the sysfs rate).
+  EXPECT_EQ(detail::ibRateMbps(0, 2), 0);
+  EXPECT_EQ(detail::ibRateMbps(512, 2), 0);
+  EXPECT_EQ(detail::ibRateMbps(64, 0), 0);
+  EXPECT_EQ(detail::ibRateMbps(64, 32), 0);
+}
+
+TEST(TopologyDiscover, IbPortStringsAsSysfs) {
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_ACTIVE), "4: ACTIVE");
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_DOWN), "1: DOWN");
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_NOP), "0: NOP");
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_INIT), "2: INIT");
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_ARMED), "3: ARMED");
+  EXPECT_EQ(detail::ibPortStateString(IBV_PORT_ACTIVE_DEFER), "5: ACTIVE_DEFER");
+  EXPECT_EQ(detail::ibPortStateString(9), "9: UNKNOWN");
+  EXPECT_EQ(detail::ibPortStateString(-1), "-1: UNKNOWN");
+  EXPECT_EQ(detail::ibLinkLayerString(IBV_LINK_LAYER_UNSPECIFIED), "InfiniBand");
+  EXPECT_EQ(detail::ibLinkLayerString(IBV_LINK_LAYER_INFINIBAND), "InfiniBand");
+  EXPECT_EQ(detail::ibLinkLayerString(IBV_LINK_LAYER_ETHERNET), "Ethernet");
+  EXPECT_EQ(detail::ibLinkLayerString(7), "Unknown");
 }
 
 TEST(TopologyDiscover, BusIds) {
