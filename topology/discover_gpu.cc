@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "src/core/dl.h"
 #include "src/core/log.h"
 #include "topology/discover_internal.h"
 
@@ -13,16 +14,11 @@ namespace loom::topo::detail {
 
 namespace {
 
-struct DlCloser {
-  void operator()(void* h) const {
-    if (h) dlclose(h);
-  }
-};
-using DlHandle = std::unique_ptr<void, DlCloser>;
+using loom::DlHandle;
 
 template <typename F>
 F sym(void* lib, const char* name) {
-  return reinterpret_cast<F>(dlsym(lib, name));
+  return loom::dlSymbol<F>(lib, name);
 }
 
 // CUDA driver API.

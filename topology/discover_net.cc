@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "src/core/dl.h"
 #include "src/core/log.h"
 #include "topology/discover_internal.h"
 
@@ -18,12 +19,7 @@ namespace loom::topo::detail {
 
 namespace {
 
-struct DlCloser {
-  void operator()(void* h) const {
-    if (h) dlclose(h);
-  }
-};
-using DlHandle = std::unique_ptr<void, DlCloser>;
+using loom::DlHandle;
 
 // NCCL's socket default when an interface does not report its speed (virtio, link down).
 constexpr long long kDefaultSpeedMbps = 10000;
