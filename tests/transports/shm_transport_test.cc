@@ -84,7 +84,9 @@ TEST_P(ShmSizes, BytesArriveIntactAndReduce) {
   Status st = exchange(p, src.data(), bytes, 7, dst.data(), bytes + 16, 7, &got);
   ASSERT_TRUE(st.isOk()) << st.message();
   EXPECT_EQ(got, bytes);
-  if (bytes) EXPECT_EQ(std::memcmp(src.data(), dst.data(), bytes), 0);
+  if (bytes) {
+    EXPECT_EQ(std::memcmp(src.data(), dst.data(), bytes), 0);
+  }
   EXPECT_EQ(dst[bytes], 0x55) << "wrote past the message";
   // Fused receive-reduce: out = mine + received.
   size_t n = bytes / 4;
