@@ -77,6 +77,9 @@ const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX", ParamType::kSize, "1G",
                           "Collectives whose ranks all share a host use the direct algorithms "
                           "(each rank reduces its slice straight from its peers) up to this "
                           "size, the ring above it; 0: always the ring"};
+const Param kAlgo{"LOOM_ALGO", ParamType::kString, "",
+                  "Algorithms allowed, NCCL_ALGO grammar: 'ring,rd', '^direct', or per collective "
+                  "'allreduce:ring,rd;allgather:ring'"};
 const Param kTopoFile{"LOOM_TOPO_FILE", ParamType::kString, "",
                       "NCCL-format topology XML that replaces discovery (NCCL_TOPO_FILE is used "
                       "when this is unset)"};

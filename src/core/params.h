@@ -69,6 +69,7 @@ extern const Param kChunkSize;
 extern const Param kAllReduceRdMax;
 extern const Param kMaxInflight;
 extern const Param kSpinUs;
+extern const Param kAlgo;
 extern const Param kTopoFile;
 extern const Param kShmDisable;
 extern const Param kShmSingleCopy;

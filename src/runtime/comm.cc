@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "algorithms/algo_filter.h"
 #include "src/core/clock.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
@@ -177,6 +178,8 @@ Comm::~Comm() {
 }
 
 Status Comm::initNet(const loomConfig_t* config) {
+  // A bad LOOM_ALGO fails here, at init, rather than at the first collective.
+  LOOM_TRY(AlgoFilter::parse(params::kAlgo.str()).status());
   net_ = defaultTransport();
   if (!net_)
     return LOOM_ERROR(kSystem,

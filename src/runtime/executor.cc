@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 
+#include "algorithms/algo_filter.h"
 #include "src/core/clock.h"
 #include "src/core/dtype.h"
 #include "src/core/hash.h"
@@ -57,8 +58,7 @@ int opTag(const OpArgs& op, const std::string& algorithm) {
 // rest the generator registered first for the collective. Every rank derives the same choice from
 // the same arguments and parameters; the choice is part of the message tag, so ranks configured
 // differently fail with a mismatch instead of hanging.
-std::string chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal) {
-  if (op.coll == CollKind::kSendRecv) return "p2p";
+std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
   size_t bytes = op.count * dataTypeSize(op.dtype);
   if (allLocal && nranks > 1 && bytes <= static_cast<size_t>(params::kShmDirectMax.asInt()) &&
       findAlgorithm(op.coll, "direct"))
@@ -68,6 +68,26 @@ std::string chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal) {
     return "rd";
   const AlgorithmInfo* a = defaultAlgorithm(op.coll);
   return a ? a->name : "";
+}
+
+// The default choice, restricted by LOOM_ALGO (parsed once per distinct value).
+Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal) {
+  if (op.coll == CollKind::kSendRecv) return std::string("p2p");
+  static std::mutex mu;
+  static std::string lastSpec;
+  static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
+  std::string spec = params::kAlgo.str();
+  std::shared_ptr<const AlgoFilter> f;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (spec != lastSpec) {
+      LOOM_ASSIGN(AlgoFilter parsed, AlgoFilter::parse(spec));
+      filter = std::make_shared<const AlgoFilter>(std::move(parsed));
+      lastSpec = spec;
+    }
+    f = filter;
+  }
+  return f->choose(op.coll, defaultChoice(op, nranks, allLocal));
 }
 
 std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo) {
@@ -577,7 +597,7 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
                                                           bool allLocal, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  std::string algo = chooseAlgorithm(op, nranks, allLocal);
+  LOOM_ASSIGN(std::string algo, chooseAlgorithm(op, nranks, allLocal));
   std::string key = planKey(op, pieceElems, algo);
   {
     std::lock_guard<std::mutex> lk(mu_);

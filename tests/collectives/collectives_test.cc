@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "algorithms/schedule.h"
 #include "src/bootstrap/bootstrap.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/workers.h"
@@ -96,6 +97,41 @@ INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceAlgorithms,
                            return std::string(std::get<1>(p.param)[0] == '0' ? "Ring" : "Rd") +
                                   "_" + std::to_string(std::get<0>(p.param)) + "ranks";
                          });
+
+// Every algorithm of every collective, forced with LOOM_ALGO, on a one-host communicator (whose
+// default is the direct family) with the low-latency exchange off so that schedules run.
+TEST(ForcedAlgorithms, EveryRegisteredAlgorithmIsCorrect) {
+  setParam("LOOM_SHM_LL_MAX", "0");  // read at init: a fresh communicator below
+  ThreadRanks tr(3);
+  setParam("LOOM_SHM_LL_MAX", nullptr);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  for (const loom::AlgorithmInfo& a : loom::algorithms()) {
+    Coll coll = Coll::kAllReduce;
+    bool found = false;
+    for (Coll c : allColls())
+      if (std::string(collName(c)) == collName(a.coll)) coll = c, found = true;
+    ASSERT_TRUE(found) << collName(a.coll);
+    std::string spec = std::string(collName(a.coll)) + ":" + a.name;
+    setParam("LOOM_ALGO", spec.c_str());
+    std::string result = runMatrix(tr, matrix(coll, 3, standardCounts(3), {loomSum, loomMax}));
+    setParam("LOOM_ALGO", nullptr);
+    EXPECT_EQ(result, "") << spec;
+  }
+}
+
+TEST(ForcedAlgorithms, UnknownNameFailsInitWithTheValidNames) {
+  setParam("LOOM_ALGO", "allreduce:treee");
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
+  loomComm_t comm = nullptr;
+  loomResult_t r = loomCommInitRank(&comm, 1, id, 0);
+  std::string msg = loomGetLastError();
+  setParam("LOOM_ALGO", nullptr);
+  EXPECT_EQ(r, loomInvalidArgument) << msg;
+  EXPECT_NE(msg.find("unknown algorithm 'treee'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("direct"), std::string::npos) << msg;
+  if (comm) loomCommDestroy(comm);
+}
 
 TEST(AllReduceAlgorithms, RanksThatDisagreeOnTheAlgorithmFailInsteadOfHanging) {
   ThreadRanks tr(3);

@@ -1,0 +1,122 @@
+#include "algorithms/algo_filter.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace loom {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t");
+  size_t b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t at = s.find(sep, start);
+    out.push_back(trim(s.substr(start, at == std::string::npos ? std::string::npos : at - start)));
+    if (at == std::string::npos) break;
+    start = at + 1;
+  }
+  return out;
+}
+
+const CollKind kColls[] = {CollKind::kAllReduce, CollKind::kBroadcast,     CollKind::kReduce,
+                           CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAllToAll};
+
+std::string validCollNames() {
+  std::string s;
+  for (CollKind c : kColls) s += (s.empty() ? "" : ", ") + lower(collName(c));
+  return s;
+}
+
+std::string validAlgoNames() {
+  std::set<std::string> names;
+  for (const AlgorithmInfo& a : algorithms()) names.insert(a.name);
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
+  AlgoFilter f;
+  f.spec_ = spec;
+  if (trim(spec).empty()) return f;
+  std::set<std::string> known;
+  for (const AlgorithmInfo& a : algorithms()) known.insert(a.name);
+  for (const std::string& part : split(spec, ';')) {
+    if (part.empty()) continue;
+    Rule r;
+    std::string list = part;
+    size_t colon = part.find(':');
+    if (colon != std::string::npos) {
+      std::string cname = lower(trim(part.substr(0, colon)));
+      bool found = false;
+      for (CollKind c : kColls) {
+        if (lower(collName(c)) == cname) {
+          r.coll = c;
+          found = true;
+        }
+      }
+      if (!found)
+        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: unknown collective '{}' (valid: {})",
+                          spec, cname, validCollNames());
+      r.any = false;
+      list = trim(part.substr(colon + 1));
+    }
+    if (!list.empty() && list[0] == '^') {
+      r.exclude = true;
+      list = trim(list.substr(1));
+    }
+    for (const std::string& name : split(list, ',')) {
+      std::string n = lower(name);
+      if (n.empty())
+        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: empty algorithm name", spec);
+      if (!known.count(n))
+        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: unknown algorithm '{}' (valid: {})",
+                          spec, n, validAlgoNames());
+      r.names.push_back(n);
+    }
+    f.rules_.push_back(std::move(r));
+  }
+  return f;
+}
+
+bool AlgoFilter::allows(CollKind coll, const std::string& algorithm) const {
+  // The most specific rule decides: a rule for this collective, else a rule for every collective.
+  const Rule* rule = nullptr;
+  for (const Rule& r : rules_)
+    if (!r.any && r.coll == coll) rule = &r;
+  if (!rule)
+    for (const Rule& r : rules_)
+      if (r.any) rule = &r;
+  if (!rule) return true;
+  bool listed = std::find(rule->names.begin(), rule->names.end(), algorithm) != rule->names.end();
+  return rule->exclude ? !listed : listed;
+}
+
+Result<std::string> AlgoFilter::choose(CollKind coll, const std::string& preferred) const {
+  if (allows(coll, preferred)) return preferred;
+  std::string registered;
+  for (const AlgorithmInfo& a : algorithms()) {
+    if (a.coll != coll) continue;
+    if (allows(coll, a.name)) return std::string(a.name);
+    registered += (registered.empty() ? "" : ", ") + std::string(a.name);
+  }
+  return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={} leaves no algorithm for {} (it has: {})", spec_,
+                    collName(coll), registered);
+}
+
+}  // namespace loom
