@@ -18,5 +18,7 @@ RankSchedule directReduceScatter(const CollArgs& args, int rank);         // dir
 RankSchedule directAllGather(const CollArgs& args, int rank);             // direct.cc
 RankSchedule directBroadcast(const CollArgs& args, int rank);             // direct.cc
 RankSchedule directReduce(const CollArgs& args, int rank);                // direct.cc
+RankSchedule binomialBroadcast(const CollArgs& args, int rank);           // binomial.cc
+RankSchedule binomialReduce(const CollArgs& args, int rank);              // binomial.cc
 
 }  // namespace loom

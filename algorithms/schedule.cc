@@ -91,6 +91,8 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"direct", CollKind::kAllGather, directAllGather},
       {"direct", CollKind::kBroadcast, directBroadcast},
       {"direct", CollKind::kReduce, directReduce},
+      {"binomial", CollKind::kBroadcast, binomialBroadcast},
+      {"binomial", CollKind::kReduce, binomialReduce},
   };
   return kAlgorithms;
 }
