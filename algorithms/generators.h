@@ -20,5 +20,6 @@ RankSchedule directBroadcast(const CollArgs& args, int rank);             // dir
 RankSchedule directReduce(const CollArgs& args, int rank);                // direct.cc
 RankSchedule binomialBroadcast(const CollArgs& args, int rank);           // binomial.cc
 RankSchedule binomialReduce(const CollArgs& args, int rank);              // binomial.cc
+RankSchedule bruckAllGather(const CollArgs& args, int rank);              // bruck.cc
 
 }  // namespace loom

@@ -93,6 +93,7 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"direct", CollKind::kReduce, directReduce},
       {"binomial", CollKind::kBroadcast, binomialBroadcast},
       {"binomial", CollKind::kReduce, binomialReduce},
+      {"bruck", CollKind::kAllGather, bruckAllGather},
   };
   return kAlgorithms;
 }
