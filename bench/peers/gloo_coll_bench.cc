@@ -72,6 +72,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
 enum Coll { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, ALLTOALL };
@@ -86,31 +88,7 @@ int ParseColl(const std::string& s) {
   return -1;
 }
 
-bool ParseBytes(const char* s, size_t* out) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s) return false;
-  switch (std::toupper(static_cast<unsigned char>(*end))) {
-    case 'K':
-      v <<= 10;
-      ++end;
-      break;
-    case 'M':
-      v <<= 20;
-      ++end;
-      break;
-    case 'G':
-      v <<= 30;
-      ++end;
-      break;
-    default:
-      break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<size_t>(v);
-  return true;
-}
+bool ParseBytes(const char* s, size_t* out) { return parse_bytes(s, out) == 0; }
 
 struct Options {
   int coll = ALLREDUCE;

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+
 enum coll { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, ALLTOALL };
 
 static const char* kNames[] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"};
@@ -40,32 +42,6 @@ static int parse_coll(const char* s) {
   if (!strcmp(s, "broadcast") || !strcmp(s, "bcast")) return BROADCAST;
   if (!strcmp(s, "alltoall") || !strcmp(s, "all_to_all")) return ALLTOALL;
   return -1;
-}
-
-static int parse_bytes(const char* s, size_t* out) {
-  char* end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s) return -1;
-  switch (toupper((unsigned char)*end)) {
-    case 'K':
-      v <<= 10;
-      ++end;
-      break;
-    case 'M':
-      v <<= 20;
-      ++end;
-      break;
-    case 'G':
-      v <<= 30;
-      ++end;
-      break;
-    default:
-      break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return -1;
-  *out = (size_t)v;
-  return 0;
 }
 
 struct counts {
