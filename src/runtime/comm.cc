@@ -1,6 +1,5 @@
 #include "src/runtime/comm.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "src/core/dtype.h"
@@ -595,7 +596,7 @@ bool Transport::anythingReady() {
     if (!c->posting.empty() && c->head - c->ring->tail.load(std::memory_order_acquire) <
                                    static_cast<uint64_t>(opts_.slots))
       return true;
-    if (!c->awaitingAck.empty() && c->ring->acked.load(std::memory_order_acquire) >= 1 &&
+    if (!c->awaitingAck.empty() &&
         c->ring->acked.load(std::memory_order_acquire) >= c->awaitingAck.front()->rtsIndex)
       return true;
   }
@@ -605,12 +606,9 @@ bool Transport::anythingReady() {
 }
 
 void Transport::waitActivity(void* const*, int, void*, int timeoutMs) {
-  RankArea* a = area(me_);
-  a->waiters.fetch_add(1, std::memory_order_seq_cst);
-  uint32_t v = a->bell.load(std::memory_order_seq_cst);
-  if (!anythingReady() && !(abort_ && abort_->load(std::memory_order_acquire)))
-    futexWait(&a->bell, v, std::max(1, timeoutMs));
-  a->waiters.fetch_sub(1, std::memory_order_seq_cst);
+  sleepOnBell(timeoutMs, [this] {
+    return anythingReady() || (abort_ && abort_->load(std::memory_order_acquire));
+  });
 }
 
 Status Transport::closeSend(void*) { return Status(); }
@@ -656,27 +654,23 @@ void Transport::llPublish(uint64_t seq, uint64_t bytes, uint64_t signature) {
     if (i != me_) wake(i);
 }
 
-bool Transport::llOneReady(uint64_t local, uint64_t seq) {
-  return llFlagsOf(llBuffer(static_cast<int>(local), seq))->seq.load(std::memory_order_acquire) >=
-         seq;
+bool Transport::llOneReady(int local, uint64_t seq) {
+  return llFlagsOf(llBuffer(local, seq))->seq.load(std::memory_order_acquire) >= seq;
 }
 
-bool Transport::llAllReady(uint64_t seq, uint64_t) {
+bool Transport::llAllReady(uint64_t seq) {
   for (int i = 0; i < nlocal(); ++i)
-    if (!llOneReady(static_cast<uint64_t>(i), seq)) return false;
+    if (!llOneReady(i, seq)) return false;
   return true;
 }
 
-uint64_t Transport::llBytes(int local, uint64_t seq) {
-  return llFlagsOf(llBuffer(local, seq))->bytes;
-}
-
-void Transport::sleepOnBell(int timeoutMs, bool (Transport::*ready)(uint64_t, uint64_t), uint64_t a,
-                            uint64_t b) {
+void Transport::sleepOnBell(int timeoutMs, const std::function<bool()>& ready) {
   RankArea* me = area(me_);
+  // Registered as a waiter before the last look: a peer that publishes after that look sees us
+  // waiting and rings, so the futex wait returns at once (see wake()).
   me->waiters.fetch_add(1, std::memory_order_seq_cst);
   uint32_t v = me->bell.load(std::memory_order_seq_cst);
-  if (!(this->*ready)(a, b)) futexWait(&me->bell, v, timeoutMs);
+  if (!ready()) futexWait(&me->bell, v, std::max(1, timeoutMs));
   me->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -723,7 +717,7 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
 Status Transport::llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs) {
   auto check = [&]() -> Status {
     for (int i = 0; i < nlocal(); ++i)
-      if (i != me_ && !llOneReady(static_cast<uint64_t>(i), seq)) {
+      if (i != me_ && !llOneReady(i, seq)) {
         Status gone = peerGone(i);
         if (!gone.isOk()) return gone;
         if (recvs_[i]->ring->head.load(std::memory_order_acquire) != recvs_[i]->tail)
@@ -735,8 +729,8 @@ Status Transport::llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, in
       }
     return Status();
   };
-  LOOM_TRY(waitFor([&] { return llAllReady(seq, 0); },
-                   [&] { sleepOnBell(1, &Transport::llAllReady, seq, 0); }, check, abort_,
+  LOOM_TRY(waitFor([&] { return llAllReady(seq); },
+                   [&] { sleepOnBell(1, [&] { return llAllReady(seq); }); }, check, abort_,
                    opts_.yieldWhenIdle, spinNs, timeoutMs, "the other ranks of this host"));
   for (int i = 0; i < nlocal(); ++i) {
     LlFlags* f = llFlagsOf(llBuffer(i, seq));

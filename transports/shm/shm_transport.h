@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,8 +107,6 @@ class Transport final : public net::Transport {
   // a rank reuses its buffer for seq + 2 only after it saw every rank publish seq + 1, which they
   // do only after they finished reading seq, so no buffer is overwritten while being read.
   Status llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs);
-  // Bytes rank `local` published for seq.
-  uint64_t llBytes(int local, uint64_t seq);
 
   // --- net::Transport ---
   const char* name() const override { return "shm"; }
@@ -152,10 +151,11 @@ class Transport final : public net::Transport {
   Status checkPeer(int local, int64_t* lastCheckNs);
   void wake(int local);  // rings local rank i's doorbell if it waits
   bool anythingReady();
-  void sleepOnBell(int timeoutMs, bool (Transport::*ready)(uint64_t, uint64_t), uint64_t a,
-                   uint64_t b);
-  bool llAllReady(uint64_t seq, uint64_t);
-  bool llOneReady(uint64_t local, uint64_t seq);
+  // Sleeps on this rank's doorbell up to timeoutMs unless ready() (checked after registering as
+  // a waiter) is already true.
+  void sleepOnBell(int timeoutMs, const std::function<bool()>& ready);
+  bool llAllReady(uint64_t seq);
+  bool llOneReady(int local, uint64_t seq);
   Request* newRequest();
   void freeRequest(Request* r);
 
