@@ -169,6 +169,14 @@ LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream);
 
+/* Host memory that the other processes of this host can map (as ncclMemAlloc is to NCCL): a
+ * shared-memory message from a buffer allocated here is read by the receiving process straight
+ * from this buffer, with one copy and no system call, instead of through the transport's slots.
+ * Any buffer works with every call; these are faster inside a host. The memory is page aligned and
+ * zero-filled; free it with loomMemFree (communicators need not exist). */
+LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size);
+LOOM_API loomResult_t loomMemFree(void* ptr);
+
 LOOM_API const char* loomGetErrorString(loomResult_t result);
 /* The message of the last failure of a Loom call on this thread ("" if none). */
 LOOM_API const char* loomGetLastError(void);

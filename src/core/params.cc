@@ -61,7 +61,8 @@ const Param kShmDisable{"LOOM_SHM_DISABLE", ParamType::kBool, "0",
 const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY", ParamType::kInt, "1",
                            "Large shared-memory messages read straight from the sender's buffer: "
                            "0 never (copy through the slots), 1 between threads of one process "
-                           "(memcpy), 2 also between processes (process_vm_readv, where allowed)"};
+                           "(memcpy) and from loomMemAlloc buffers of other processes (mapped), 2 "
+                           "also any buffer of other processes (process_vm_readv, where allowed)"};
 const Param kShmSlotSize{"LOOM_SHM_SLOT_SIZE", ParamType::kSize, "64K",
                          "Payload bytes of one slot of a shared-memory ring"};
 const Param kShmSlots{"LOOM_SHM_SLOTS", ParamType::kInt, "8",
@@ -77,6 +78,11 @@ const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX", ParamType::kSize, "1G",
                           "Collectives whose ranks all share a host use the direct algorithms "
                           "(each rank reduces its slice straight from its peers) up to this "
                           "size, the ring above it; 0: always the ring"};
+const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
+                       "Collectives whose ranks all share a host and whose buffers every rank can "
+                       "map (threads of one process, or loomMemAlloc memory) run in one pass: "
+                       "each rank reduces its slice from its peers' buffers and writes the result "
+                       "into every peer's output; 0: through the transport"};
 const Param kAlgo{"LOOM_ALGO", ParamType::kString, "",
                   "Algorithms allowed, NCCL_ALGO grammar: 'ring,rd', '^direct', or per collective "
                   "'allreduce:ring,rd;allgather:ring'"};
@@ -88,10 +94,13 @@ const Param kTopoDumpFile{"LOOM_TOPO_DUMP_FILE", ParamType::kString, "",
                           "(NCCL_TOPO_DUMP_FILE is used when this is unset)"};
 
 const Param* const kAll[] = {
-    &kDebug,     &kDebugSubsys,    &kDebugFile,           &kTimeout,        &kCommId,
-    &kHostId,    &kCommSecret,     &kBootstrapPortOffset, &kSocketIfname,   &kSocketFamily,
-    &kTopoFile,  &kTopoDumpFile,   &kSocketNsocks,        &kSocketNthreads, &kSocketMinSplit,
-    &kChunkSize, &kAllReduceRdMax, &kMaxInflight,         &kSpinUs};
+    &kDebug,          &kDebugSubsys,    &kDebugFile,      &kTimeout,
+    &kCommId,         &kHostId,         &kCommSecret,     &kBootstrapPortOffset,
+    &kSocketIfname,   &kSocketFamily,   &kTopoFile,       &kTopoDumpFile,
+    &kSocketNsocks,   &kSocketNthreads, &kSocketMinSplit, &kChunkSize,
+    &kAllReduceRdMax, &kMaxInflight,    &kSpinUs,         &kShmDisable,
+    &kShmSingleCopy,  &kShmSlotSize,    &kShmSlots,       &kShmRtsMin,
+    &kShmLlMax,       &kShmDirectMax,   &kShmMapped,      &kAlgo};
 }  // namespace params
 
 namespace {

@@ -78,6 +78,7 @@ extern const Param kShmSlots;
 extern const Param kShmRtsMin;
 extern const Param kShmLlMax;
 extern const Param kShmDirectMax;
+extern const Param kShmMapped;
 extern const Param kTopoDumpFile;
 }  // namespace params
 

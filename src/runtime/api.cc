@@ -20,6 +20,7 @@
 #include "src/runtime/comm.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/low_latency.h"
+#include "transports/shm/shared_alloc.h"
 
 struct loomComm {
   std::unique_ptr<loom::Comm> impl;
@@ -268,6 +269,23 @@ loomResult_t loomGetVersion(int* version) {
     if (!version) return LOOM_ERROR(kInvalidArgument, "version is NULL");
     *version = LOOM_VERSION_CODE;
     return Status();
+  });
+}
+
+loomResult_t loomMemAlloc(void** ptr, size_t size) {
+  return guarded("loomMemAlloc", [&]() -> Status {
+    if (!ptr) return LOOM_ERROR(kInvalidArgument, "ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return LOOM_ERROR(kInvalidArgument, "size is 0");
+    LOOM_ASSIGN(*ptr, shm::sharedAlloc(size));
+    return Status();
+  });
+}
+
+loomResult_t loomMemFree(void* ptr) {
+  return guarded("loomMemFree", [&]() -> Status {
+    if (!ptr) return Status();  // like free(NULL)
+    return shm::sharedFree(ptr);
   });
 }
 

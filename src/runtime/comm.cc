@@ -347,6 +347,7 @@ Status Comm::initShm() {
   int64_t single = params::kShmSingleCopy.asInt();
   opts.singleCopyThreads = single >= 1;
   opts.singleCopyProcesses = single >= 2;
+  opts.singleCopyMapped = single >= 1;
   opts.yieldWhenIdle = yieldWhenIdle_;
   opts = shm::fitOptions(n, opts);
   size_t bytes = shm::segmentBytes(n, opts);

@@ -17,6 +17,7 @@
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/low_latency.h"
+#include "src/runtime/shared_direct.h"
 
 namespace loom {
 
@@ -52,13 +53,15 @@ int opTag(const OpArgs& op, const std::string& algorithm) {
   return static_cast<int>((h ^ (h >> 32)) & 0x3fffffff);
 }
 
+}  // namespace
+
 // Until the planner exists: communicators whose ranks all share a host use the direct algorithms
 // up to LOOM_SHM_DIRECT_MAX (one hop, read straight from the peers' buffers); otherwise small
 // AllReduces use recursive doubling (log2 n exchanges instead of the ring's 2(n-1) steps) and the
 // rest the generator registered first for the collective. Every rank derives the same choice from
 // the same arguments and parameters; the choice is part of the message tag, so ranks configured
 // differently fail with a mismatch instead of hanging.
-std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
+static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
   size_t bytes = op.count * dataTypeSize(op.dtype);
   if (allLocal && nranks > 1 && bytes <= static_cast<size_t>(params::kShmDirectMax.asInt()) &&
       findAlgorithm(op.coll, "direct"))
@@ -89,6 +92,8 @@ Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal)
   }
   return f->choose(op.coll, defaultChoice(op, nranks, allLocal));
 }
+
+namespace {
 
 std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo) {
   return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", static_cast<int>(op.coll), op.count,
@@ -631,6 +636,11 @@ Status executeOps(const std::vector<QueuedOp>& ops) {
   if (ops.empty()) return Status();
   if (ops.size() == 1 && lowLatencyEligible(*ops[0].comm, ops[0].args))
     return runLowLatency(ops[0].comm, ops[0].args);
+  if (ops.size() == 1 && sharedDirectEligible(*ops[0].comm, ops[0].args)) {
+    bool ran = false;
+    LOOM_TRY(runSharedDirect(ops[0].comm, ops[0].args, &ran));
+    if (ran) return Status();
+  }
   Executor ex(ops);
   return ex.run();
 }

@@ -69,6 +69,11 @@ class PlanCache {
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
+// The algorithm for op: the planner's choice (until it exists, a size rule), restricted by
+// LOOM_ALGO. Every rank derives the same from the same arguments and parameters. allLocal: every
+// rank shares this host's shared memory.
+Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal);
+
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);
 

@@ -348,6 +348,35 @@ TEST(Shm, ProcessesUseSharedMemorySayItAndLeaveNothingInDevShm) {
   EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
 }
 
+TEST(Shm, LoomMemAllocBuffersRunInOnePassAndSayIt) {
+  WorkerResult res = runWorkers(3, "matrix:AllReduce",
+                                {{"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "SHM"},
+                                 {"LOOMTEST_MEM_ALLOC", "1"},
+                                 {"LOOM_SHM_LL_MAX", "0"}});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("2 by mapping loomMemAlloc buffers"), std::string::npos)
+        << res.output[r];
+    EXPECT_NE(res.output[r].find("one pass over the peers' mapped buffers"), std::string::npos)
+        << res.output[r];
+  }
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
+}
+
+TEST(Shm, MixedAllocationsFallBackTogether) {
+  WorkerResult res = runWorkers(3, "mixedalloc", {{"LOOM_SHM_LL_MAX", "0"}});
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+}
+
+TEST(Failure, KilledRankOnTheMappedPathIsNamed) {
+  WorkerResult res = runWorkers(3, "killmapped:2", {{"LOOM_TIMEOUT", "30"}});
+  EXPECT_TRUE(res.killedBySignal(2)) << res.describe(2);
+  for (int r : {0, 1}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
+}
+
 TEST(Shm, RanksOnDifferentPathsFailInsteadOfHanging) {
   // Rank 0's count is small enough for the low-latency exchange, rank 1's goes through the
   // direct schedule: each must notice the other is elsewhere and fail, well before LOOM_TIMEOUT.

@@ -194,12 +194,25 @@ double asStored(loomDataType_t dt, double v) {
   return getElem(tmp, dt, 0);
 }
 
+// LOOMTEST_MEM_ALLOC=1: the buffers come from loomMemAlloc (peers on the host map them).
 struct Buffers {
   std::vector<char> mem;  // 64-byte aligned region inside
   char* base = nullptr;
-  explicit Buffers(size_t bytes) : mem(bytes + 128, 0) {
+  void* shared = nullptr;
+  explicit Buffers(size_t bytes) {
+    const char* e = getenv("LOOMTEST_MEM_ALLOC");
+    if (e && std::strcmp(e, "1") == 0 && loomMemAlloc(&shared, bytes + 64) == loomSuccess) {
+      base = static_cast<char*>(shared);
+      return;
+    }
+    mem.assign(bytes + 128, 0);
     base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) & ~uintptr_t(63));
   }
+  ~Buffers() {
+    if (shared) loomMemFree(shared);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -139,8 +140,21 @@ namespace {
 
 // The victim kills itself 30 ms into a series of allreduces of `count` floats (large: the direct
 // path with single copy; small: the low-latency exchange), which lasts up to 20 s.
-int killMode(loomComm_t comm, int rank, int victim, size_t count) {
-  std::vector<float> a(count, 1.0f), b(count);
+int killMode(loomComm_t comm, int rank, int victim, size_t count, bool shared = false) {
+  std::vector<float> va(shared ? 0 : count, 1.0f), vb(shared ? 0 : count);
+  float* a = va.data();
+  float* b = vb.data();
+  void *sa = nullptr, *sb = nullptr;
+  if (shared) {
+    if (loomMemAlloc(&sa, count * sizeof(float)) != loomSuccess ||
+        loomMemAlloc(&sb, count * sizeof(float)) != loomSuccess) {
+      fprintf(stderr, "rank %d: loomMemAlloc failed: %s\n", rank, loomGetLastError());
+      return 4;
+    }
+    a = static_cast<float*>(sa);
+    b = static_cast<float*>(sb);
+    std::fill(a, a + count, 1.0f);
+  }
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (int it = 0; std::chrono::steady_clock::now() < end; ++it) {
     if (rank == victim && it == 1) {
@@ -149,7 +163,7 @@ int killMode(loomComm_t comm, int rank, int victim, size_t count) {
         raise(SIGKILL);
       }).detach();
     }
-    loomResult_t r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
+    loomResult_t r = loomAllReduce(a, b, count, loomFloat32, loomSum, comm, nullptr);
     if (r != loomSuccess) {
       std::string msg = loomGetLastError();
       fprintf(stderr, "rank %d: %s: %s\n", rank, loomGetErrorString(r), msg.c_str());
@@ -158,6 +172,40 @@ int killMode(loomComm_t comm, int rank, int victim, size_t count) {
   }
   fprintf(stderr, "rank %d: every allreduce succeeded although rank %d was killed\n", rank, victim);
   return 2;
+}
+
+// Rank 0's buffers come from loomMemAlloc, the others' from malloc: the ranks must agree to go
+// through the transport (nobody can map a malloc buffer) and still get the right sums.
+int mixedAllocMode(loomComm_t comm, int rank, int n) {
+  const size_t count = size_t(1) << 20;
+  void* mem = nullptr;
+  std::vector<float> heap;
+  float* buf = nullptr;
+  if (rank == 0) {
+    if (loomMemAlloc(&mem, 2 * count * sizeof(float)) != loomSuccess) return 4;
+    buf = static_cast<float*>(mem);
+  } else {
+    heap.resize(2 * count);
+    buf = heap.data();
+  }
+  for (int it = 0; it < 3; ++it) {
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(rank + 1 + (i % 7) + it);
+    loomResult_t r = loomAllReduce(buf, buf + count, count, loomFloat32, loomSum, comm, nullptr);
+    if (r != loomSuccess) {
+      fprintf(stderr, "rank %d: %s\n", rank, loomGetLastError());
+      return 1;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i % 7) + it));
+      if (buf[count + i] != want) {
+        fprintf(stderr, "rank %d: element %zu is %g, expected %g\n", rank, i, buf[count + i], want);
+        return 1;
+      }
+    }
+  }
+  if (mem) loomMemFree(mem);
+  fprintf(stderr, "mixed allocations: ok\n");
+  return 0;
 }
 
 }  // namespace
@@ -200,6 +248,10 @@ int workerMain() {
     rc = killMode(comm, rank, atoi(mode.c_str() + 5), size_t(4) << 20);
   } else if (mode.rfind("killsmall:", 0) == 0) {
     rc = killMode(comm, rank, atoi(mode.c_str() + 10), 16);
+  } else if (mode.rfind("killmapped:", 0) == 0) {
+    rc = killMode(comm, rank, atoi(mode.c_str() + 11), size_t(4) << 20, true);
+  } else if (mode == "mixedalloc") {
+    rc = mixedAllocMode(comm, rank, n);
   } else {
     fprintf(stderr, "unknown worker mode %s\n", mode.c_str());
     rc = 12;

@@ -30,18 +30,32 @@ Status loomCall(loomResult_t res, const char* what) {
                                                     loomGetErrorString(res), loomGetLastError()));
 }
 
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
+struct BufferDeleter {
+  bool shared = false;
+  void operator()(char* p) const {
+    if (shared)
+      loomMemFree(p);
+    else
+      std::free(p);
+  }
 };
-using HostBuffer = std::unique_ptr<char, FreeDeleter>;
+using HostBuffer = std::unique_ptr<char, BufferDeleter>;
 
-// Page-aligned and touched, so that the timed loop does not measure page faults.
-HostBuffer allocBuffer(size_t bytes) {
+// Page-aligned and touched, so that the timed loop does not measure page faults. shared: from
+// loomMemAlloc (-R), which peers on the host read by mapping it.
+HostBuffer allocBuffer(size_t bytes, bool shared) {
   const size_t kPage = 4096;
   size_t rounded = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
-  char* p = static_cast<char*>(std::aligned_alloc(kPage, rounded));
+  char* p = nullptr;
+  if (shared) {
+    void* v = nullptr;
+    if (loomMemAlloc(&v, rounded) != loomSuccess) return HostBuffer(nullptr, BufferDeleter{true});
+    p = static_cast<char*>(v);
+  } else {
+    p = static_cast<char*>(std::aligned_alloc(kPage, rounded));
+  }
   if (p) std::memset(p, 0, rounded);
-  return HostBuffer(p);
+  return HostBuffer(p, BufferDeleter{shared});
 }
 
 std::string hostName() {
@@ -114,12 +128,13 @@ class Bench {
 
     // Allocated like nccl-tests: maxbytes each; every size fits, with room to rotate offsets.
     bufferBytes_ = opts_.maxBytes;
-    send_ = allocBuffer(bufferBytes_);
-    recv_ = allocBuffer(bufferBytes_);
-    small_ = allocBuffer(64);
+    const bool shared = opts_.localRegister != 0;
+    send_ = allocBuffer(bufferBytes_, shared);
+    recv_ = allocBuffer(bufferBytes_, shared);
+    small_ = allocBuffer(64, false);
     if (!send_ || !recv_ || !small_)
-      return Status(Code::kSystem,
-                    fmt::format("cannot allocate 2 x {} bytes of host memory", bufferBytes_));
+      return Status(Code::kSystem, fmt::format("cannot allocate 2 x {} bytes of host memory{}",
+                                               bufferBytes_, shared ? " (loomMemAlloc)" : ""));
 
     LOOM_TRY(gatherRanks());
     print(formatHeader(opts_, ranks_));

@@ -141,7 +141,7 @@ int parseOptions(int argc, char** argv, Options* opts) {
   app.set_help_flag("-h,--help", "Print this help and exit");
   std::string collText, minText = "32M", maxText = "32M", stepText = "1M";
   std::string opText = "sum", typeText = "float", rootText = "0";
-  int stepFactor = 1, parallelInit = 0, cudaGraph = 0, cpuTime = 0, localRegister = 0;
+  int stepFactor = 1, parallelInit = 0, cudaGraph = 0, cpuTime = 0;
   int streamNull = 0;
   if (!hasPersonality) {
     app.add_option("collective", collText,
@@ -177,7 +177,10 @@ int parseOptions(int argc, char** argv, Options* opts) {
   app.add_option("-p,--parallel_init", parallelInit, "Accepted for compatibility; ignored");
   app.add_option("-G,--cudagraph", cudaGraph, "Accepted for compatibility; ignored");
   app.add_option("-C,--report_cputime", cpuTime, "Accepted for compatibility; ignored");
-  app.add_option("-R,--local_register", localRegister, "Accepted for compatibility; ignored");
+  app.add_option("-R,--local_register", opts->localRegister,
+                 "1 or 2: buffers from loomMemAlloc (mapped by peers on the host), as nccl-tests "
+                 "uses ncclMemAlloc")
+      ->check(CLI::Range(0, 2));
   app.add_option("-y,--stream_null", streamNull, "Accepted for compatibility; ignored");
   CLI::Option* npOpt =
       app.add_option("--np", opts->np, "Spawn this many local ranks (also written -np N)");
@@ -252,7 +255,6 @@ int parseOptions(int argc, char** argv, Options* opts) {
   noteIgnored("-p/--parallel_init", parallelInit);
   noteIgnored("-G/--cudagraph", cudaGraph);
   noteIgnored("-C/--report_cputime", cpuTime);
-  noteIgnored("-R/--local_register", localRegister);
   noteIgnored("-y/--stream_null", streamNull);
   return -1;
 }

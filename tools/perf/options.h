@@ -44,7 +44,8 @@ struct Options {
   int average = 1;     // 0 rank 0, 1 mean, 2 min, 3 max
   int timeoutSec = 0;  // 0: LOOM_TIMEOUT
   std::string jsonFile;
-  int runCycles = 1;  // 0: forever
+  int runCycles = 1;      // 0: forever
+  int localRegister = 0;  // -R: 1 or 2 allocate the buffers with loomMemAlloc (ncclMemAlloc's role)
 
   // Loom additions.
   int np = 0;  // > 0: spawn that many local ranks

@@ -16,6 +16,7 @@
 #include "src/core/log.h"
 #include "src/core/process.h"
 #include "src/reduce/reduce.h"
+#include "transports/shm/shared_alloc.h"
 
 namespace loom::shm {
 
@@ -39,6 +40,10 @@ struct Header {
 
 enum SlotKind : uint32_t { kData = 1, kRts = 2 };
 
+// Bits of the can-read matrix: what a reader can do with an owner's memory.
+constexpr uint8_t kReadsAny = 1;    // any address (threads of one process, process_vm_readv)
+constexpr uint8_t kMapsShared = 2;  // the owner's shared allocations (loomMemAlloc), by mapping
+
 // The 64-byte header in front of each slot's payload.
 struct SlotHdr {
   uint32_t kind;
@@ -47,7 +52,9 @@ struct SlotHdr {
   uint64_t offset;    // kData: where this chunk goes in the message
   uint64_t chunk;     // kData: payload bytes in this slot
   uint64_t addr;      // kRts: the message in the sender's address space
-  uint64_t pad[3];
+  uint64_t serial;    // kRts from a shared allocation (loomMemAlloc): its serial, else 0
+  uint64_t fd;        //   the allocation's memfd in the sender's fd table
+  uint64_t allocOff;  //   the message's offset in the allocation
 };
 static_assert(sizeof(SlotHdr) == kLine, "slot header is one cache line");
 
@@ -69,6 +76,9 @@ struct Transport::RankArea {
   int32_t pid;
   uint64_t probeAddr;
   uint64_t probeValue;
+  int32_t memfdProbeFd;  // a shared allocation peers map at init (-1: none)
+  uint64_t memfdProbeSerial;
+  uint64_t memfdProbeValue;
   // Two low-latency buffers follow, each a cache line of flags and llBytes of data.
 };
 
@@ -101,6 +111,7 @@ struct Transport::Request {
   size_t moved = 0;           // bytes posted (send) or received (receive)
   size_t msgBytes = 0;        // receive: the incoming message's size
   uint64_t rtsIndex = 0;
+  SharedRef shared;  // send by single copy from a shared allocation (serial 0: not one)
   loomDataType_t dt = loomFloat32;
   loomRedOp_t op = loomSum;
   Status error;
@@ -112,7 +123,8 @@ struct Transport::SendComm {
   Ring* ring = nullptr;
   uint64_t head = 0;  // our copy of ring->head
   uint64_t rtsPosted = 0;
-  bool useRts = false;
+  bool useRts = false;           // the receiver reads any of our memory (threads, process_vm_readv)
+  bool useMapped = false;        // the receiver maps our shared allocations
   std::deque<Request*> posting;  // not fully in the ring yet, in order
   std::vector<Request*> awaitingAck;
   Status broken;
@@ -205,6 +217,7 @@ Result<std::unique_ptr<Transport>> Transport::attach(std::unique_ptr<Segment> se
     r->tail = r->ring->tail.load(std::memory_order_acquire);
     r->acked = r->ring->acked.load(std::memory_order_acquire);
     t->recvs_.push_back(std::move(r));
+    t->peerMaps_.push_back(std::make_unique<PeerMappings>());
   }
   t->bounce_.reset(new char[kBounceBytes + kLine]);
   t->bounceAligned_ =
@@ -236,25 +249,53 @@ void Transport::publishProbe() {
   RankArea* a = area(me_);
   a->probeAddr = reinterpret_cast<uint64_t>(&probe_);
   a->probeValue = probe_;
+  a->memfdProbeFd = -1;
+  if (opts_.singleCopyMapped) {
+    Result<ProbeInfo> pi = probeAllocation();
+    if (pi.isOk()) {
+      a->memfdProbeFd = pi.value().fd;
+      a->memfdProbeSerial = pi.value().serial;
+      a->memfdProbeValue = pi.value().value;
+    } else {
+      LOOM_INFO(kSubShm, "no shared allocation to probe ({}): loomMemAlloc buffers are copied",
+                pi.status().message());
+    }
+  }
+}
+
+// Can this rank map local rank i's shared allocations (loomMemAlloc)? Mapping its probe page
+// tells, and leaves that mapping cached.
+bool Transport::probeMapping(int i) {
+  RankArea* a = area(i);
+  if (!opts_.singleCopyMapped || a->memfdProbeFd < 0) return false;
+  Result<const char*> m =
+      peerMaps_[i]->map(peers_[i].pid, a->memfdProbeFd, a->memfdProbeSerial, 0, sizeof(uint64_t));
+  uint64_t got = 0;
+  if (m.isOk()) std::memcpy(&got, m.value(), sizeof(got));
+  if (m.isOk() && got == a->memfdProbeValue) return true;
+  LOOM_INFO(kSubShm, "cannot map the shared buffers of rank {} (pid {}): {}", peers_[i].rank,
+            peers_[i].pid, m.isOk() ? "wrong data" : m.status().message());
+  return false;
 }
 
 void Transport::probePeers() {
   for (int i = 0; i < nlocal(); ++i) {
     uint8_t ok = 0;
     if (i == me_) {
-      ok = 1;
+      ok = kReadsAny;
     } else if (peers_[i].pid == myPid_) {
-      ok = opts_.singleCopyThreads;  // a thread of this process: plain memcpy
+      ok = opts_.singleCopyThreads ? kReadsAny : 0;  // a thread of this process: plain memcpy
     } else if (!opts_.singleCopyProcesses) {
-      ok = 0;
+      ok = probeMapping(i) ? kMapsShared : 0;
     } else {
       RankArea* a = area(i);
       uint64_t got = 0;
       iovec local{&got, sizeof(got)};
       iovec remote{reinterpret_cast<void*>(a->probeAddr), sizeof(got)};
       ssize_t n = process_vm_readv(peers_[i].pid, &local, 1, &remote, 1, 0);
-      ok = n == static_cast<ssize_t>(sizeof(got)) && got == a->probeValue;
-      if (!ok)
+      ok = n == static_cast<ssize_t>(sizeof(got)) && got == a->probeValue ? kReadsAny : 0;
+      if (probeMapping(i)) ok |= kMapsShared;
+      if (!(ok & kReadsAny))
         LOOM_INFO(kSubShm, "process_vm_readv from rank {} (pid {}) is not allowed ({}): eager copy",
                   peers_[i].rank, peers_[i].pid, n < 0 ? std::strerror(errno) : "wrong data");
     }
@@ -262,29 +303,43 @@ void Transport::probePeers() {
   }
 }
 
-bool Transport::receiverCanRead(int local) const { return *canRead(local, me_) != 0; }
+bool Transport::canMapShared(int reader, int owner) const {
+  return (*canRead(reader, owner) & kMapsShared) != 0;
+}
+
+Result<char*> Transport::mapPeerShared(int local, const SharedRef& ref, size_t bytes) {
+  LOOM_ASSIGN(const char* p,
+              peerMaps_[local]->map(peers_[local].pid, ref.fd, ref.serial, ref.offset, bytes));
+  return const_cast<char*>(p);  // mapped read-write
+}
+
+bool Transport::receiverCanRead(int local) const { return (*canRead(local, me_) & kReadsAny) != 0; }
 
 std::string Transport::singleCopySummary() const {
-  int direct = 0, cma = 0, eager = 0;
+  int direct = 0, cma = 0, mapped = 0, eager = 0;
   for (int i = 0; i < nlocal(); ++i) {
     if (i == me_) continue;
-    bool can = receiverCanRead(i) && *canRead(me_, i);
-    if (!can)
-      ++eager;
-    else if (peers_[i].pid == myPid_)
+    uint8_t both = *canRead(i, me_) & *canRead(me_, i);
+    if (peers_[i].pid == myPid_ && (both & kReadsAny))
       ++direct;
-    else
+    else if (both & kReadsAny)
       ++cma;
+    else if (both & kMapsShared)
+      ++mapped;
+    else
+      ++eager;
   }
   return fmt::format(
-      "single copy with {} peer(s) by process_vm_readv and {} by memcpy (threads), "
-      "eager copy with {}",
-      cma, direct, eager);
+      "single copy with {} peer(s) by memcpy (threads), {} by process_vm_readv, {} by mapping "
+      "loomMemAlloc buffers (other buffers eager), eager copy with {}",
+      direct, cma, mapped, eager);
 }
 
 void* Transport::sendComm(int local) {
   SendComm* c = sends_[local].get();
-  c->useRts = receiverCanRead(local);
+  uint8_t can = *canRead(local, me_);
+  c->useRts = (can & kReadsAny) != 0;
+  c->useMapped = (can & kMapsShared) != 0 && peers_[local].pid != myPid_;
   return c;
 }
 
@@ -373,7 +428,11 @@ Status Transport::isend(void* sendComm, const void* data, size_t size, int tag, 
   r->tag = tag;
   r->data = const_cast<char*>(static_cast<const char*>(data));
   r->size = size;
-  r->rts = c->useRts && size >= opts_.rtsMin && size > 0;
+  r->shared = SharedRef();
+  bool big = size >= opts_.rtsMin && size > 0;
+  // A mapped read is cheaper than process_vm_readv (no page pinning): preferred where both work.
+  bool mapped = big && c->useMapped && findShared(data, size, &r->shared);
+  r->rts = mapped || (big && c->useRts);
   c->posting.push_back(r);
   *request = r;
   return progressSend(c);
@@ -428,6 +487,9 @@ Status Transport::progressSend(SendComm* c) {
     if (r->rts) {
       h->kind = kRts;
       h->addr = reinterpret_cast<uint64_t>(r->data);
+      h->serial = r->shared.serial;
+      h->fd = static_cast<uint64_t>(r->shared.fd);
+      h->allocOff = r->shared.offset;
       r->moved = r->size;
       r->rtsIndex = ++c->rtsPosted;
     } else {
@@ -465,10 +527,24 @@ Status Transport::progressSend(SendComm* c) {
   return Status();
 }
 
-Status Transport::pull(RecvComm* c, Request* r, uint64_t addr, size_t bytes) {
+Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
+  const auto* h = static_cast<const SlotHdr*>(slotHdr);
+  const size_t bytes = h->msgBytes;
   const LocalPeer& p = peers_[c->local];
-  const char* remote = reinterpret_cast<const char*>(addr);
-  if (p.pid == myPid_) {  // threads of one process: read the peer's buffer directly
+  const char* remote = reinterpret_cast<const char*>(h->addr);
+  bool direct = p.pid == myPid_;    // threads of one process: read the peer's buffer directly
+  if (!direct && h->serial != 0) {  // a shared allocation of the peer: read it through our mapping
+    Result<const char*> m =
+        peerMaps_[c->local]->map(p.pid, static_cast<int>(h->fd), h->serial, h->allocOff, bytes);
+    if (!m.isOk()) {
+      Status gone = peerGone(c->local);
+      if (!gone.isOk()) return gone;
+      return m.status().withContext(fmt::format("single copy from rank {}", p.rank));
+    }
+    remote = m.value();
+    direct = true;
+  }
+  if (direct) {
     if (r->reduce) {
       size_t es = dataTypeSize(r->dt);
       reduceBuffers(r->data, r->src, remote, bytes / es, r->dt, r->op);
@@ -520,7 +596,7 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
     r->msgBytes = h->msgBytes;
   }
   if (h->kind == kRts) {
-    LOOM_TRY(pull(c, r, h->addr, h->msgBytes));
+    LOOM_TRY(pull(c, r, h));
     r->moved = h->msgBytes;
     return Status();
   }

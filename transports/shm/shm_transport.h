@@ -38,6 +38,7 @@
 #include "src/core/clock.h"
 #include "src/core/status.h"
 #include "transports/net.h"
+#include "transports/shm/shared_alloc.h"
 #include "transports/shm/shm_segment.h"
 
 namespace loom::shm {
@@ -51,6 +52,9 @@ struct Options {
   // buffer), and between processes with process_vm_readv where the kernel allows it.
   bool singleCopyThreads = true;
   bool singleCopyProcesses = false;
+  // Between processes, messages from loomMemAlloc buffers are read through a mapping of the
+  // sender's allocation (no system call per message), where /proc/<pid>/fd may be opened.
+  bool singleCopyMapped = true;
   bool yieldWhenIdle = false;       // waits yield the core between polls (more ranks than cores)
   size_t budgetBytes = 256u << 20;  // rings shrink (slot size, then count) to fit this total
 };
@@ -83,6 +87,12 @@ class Transport final : public net::Transport {
   // "single copy with 3 peers (process_vm_readv), eager with 0" and the like, for the log.
   std::string singleCopySummary() const;
   bool receiverCanRead(int local) const;  // can local rank `local` read this rank's memory?
+  // Can local rank `reader` map local rank `owner`'s shared allocations (loomMemAlloc)?
+  bool canMapShared(int reader, int owner) const;
+  int peerPid(int local) const { return peers_[local].pid; }
+  // This process's view of bytes at ref in local rank i's shared allocation (read and write),
+  // mapped on first use.
+  Result<char*> mapPeerShared(int local, const SharedRef& ref, size_t bytes);
 
   Segment& segment() { return *seg_; }
   int localIndex() const { return me_; }
@@ -145,7 +155,8 @@ class Transport final : public net::Transport {
   Status progressSend(SendComm* c);
   Status progressRecv(RecvComm* c);
   Status deliver(RecvComm* c, Request* r, const char* slotHdr);
-  Status pull(RecvComm* c, Request* r, uint64_t addr, size_t bytes);
+  Status pull(RecvComm* c, Request* r, const void* slotHdr);
+  bool probeMapping(int local);
   // An error when local rank i is known to be gone (its state word, or its pid no longer runs).
   Status peerGone(int local);
   Status checkPeer(int local, int64_t* lastCheckNs);
@@ -169,7 +180,8 @@ class Transport final : public net::Transport {
   std::vector<std::unique_ptr<RecvComm>> recvs_;
   std::vector<std::unique_ptr<Request>> owned_;  // every request ever made (reused)
   std::vector<Request*> free_;
-  std::unique_ptr<char[]> bounce_;  // process_vm_readv target when reducing
+  std::vector<std::unique_ptr<PeerMappings>> peerMaps_;  // per local rank
+  std::unique_ptr<char[]> bounce_;                       // process_vm_readv target when reducing
   char* bounceAligned_ = nullptr;
   volatile uint64_t probe_ = 0;  // read by peers through process_vm_readv at init
   int myPid_ = 0;
