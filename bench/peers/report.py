@@ -16,10 +16,12 @@ import math
 import os
 import sys
 
-ALL_IMPLS = ("loom", "ompi-shm", "ompi-tcp", "mpich", "gloo")
-LABEL = {"loom": "Loom", "ompi-shm": "OMPI-shm", "ompi-tcp": "OMPI-tcp", "mpich": "MPICH",
-         "gloo": "Gloo"}
+ALL_IMPLS = ("loom", "loom-mem", "ompi-shm", "ompi-tcp", "mpich", "gloo")
+LABEL = {"loom": "Loom", "loom-mem": "Loom-mem", "ompi-shm": "OMPI-shm", "ompi-tcp": "OMPI-tcp",
+         "mpich": "MPICH", "gloo": "Gloo"}
 DESC = {"loom": "Loom = loom-perf -np N (out-of-place columns)",
+        "loom-mem": "Loom-mem = loom-perf -np N -R 1: buffers from loomMemAlloc, which peers on "
+                    "the host map (as nccl-tests -R uses ncclMemAlloc)",
         "ompi-shm": "OMPI-shm = Open MPI defaults (ob1 + vader/CMA), --oversubscribe --bind-to none",
         "ompi-tcp": "OMPI-tcp = Open MPI --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "
                     "lo --oversubscribe --bind-to none",
@@ -226,7 +228,8 @@ def main():
                     continue
                 if impl not in seen_impls:
                     seen_impls.append(impl)
-                rows, unsup = parse_loom(logf) if impl == "loom" else parse_result_lines(logf)
+                rows, unsup = (parse_loom(logf) if impl.startswith("loom") else
+                               parse_result_lines(logf))
                 if rc != 0:
                     why = "timeout" if rc in (124, 137) else f"exit {rc}"
                     failures.append(f"{impl} {coll} np={n} sizes {human(lo)}..{human(hi)} "
@@ -374,17 +377,17 @@ def main():
             return mn, at, "INCOMPLETE"
         return mn, at, "PASS"
 
-    def ratio_target(name, coll, n, peer, lo, hi, latency, thr):
+    def ratio_target(name, coll, n, peer, lo, hi, latency, thr, lead="loom"):
         key = (coll, n)
-        if not has_loom or peer not in impls or key not in cells:
-            why = ("not run" if not has_loom or peer not in impls
+        if lead not in impls or peer not in impls or key not in cells:
+            why = ("not run" if lead not in impls or peer not in impls
                    else f"{coll} np={n} not run")
             tsum.append([name, "-", "-", "-", f"n/a ({why})"])
             return
         sizes = [s for s in cells[key] if s > 0 and lo <= s <= hi]
         vals, rows = [], []
         for s in sizes:
-            lc, pc = cells[key][s]["loom"], cells[key][s][peer]
+            lc, pc = cells[key][s][lead], cells[key][s][peer]
             r = ratio(lc, pc, s)
             vals.append((s, r))
             if latency:
@@ -399,8 +402,9 @@ def main():
         if sizes and hi < big and (sizes[-1] < hi or sizes[0] >= 2 * lo):
             word += f" (partial: {human(lo)}..{human(hi)} not covered by this run)"
         unit = "us" if latency else "GB/s"
-        hdr = ["size", f"Loom {unit}", f"{LABEL[peer]} {unit}",
-               f"{LABEL[peer]} us / Loom us" if latency else f"Loom / {LABEL[peer]}"]
+        ll = LABEL[lead]
+        hdr = ["size", f"{ll} {unit}", f"{LABEL[peer]} {unit}",
+               f"{LABEL[peer]} us / {ll} us" if latency else f"{ll} / {LABEL[peer]}"]
         t, m = render(hdr, rows) if rows else ([], [])
         rng = f"{human(sizes[0])}..{human(sizes[-1])}" if sizes else "no sizes"
         line = (f"min ratio {fmt_ratio(mn)}" + (f" at {human(at)}" if at is not None else "") +
@@ -419,6 +423,14 @@ def main():
                  "all_reduce", 2, "ompi-shm", 8, KIB, True, 1.0 * rt)
     ratio_target("T4 all_reduce 4 ranks busbw, Loom vs Open MPI shm, every size",
                  "all_reduce", 4, "ompi-shm", 1, big, False, 1.0 * rt)
+    # The same with Loom's buffers from loomMemAlloc (one pass over mapped buffers).
+    if "loom-mem" in impls:
+        ratio_target("T1m all_reduce 2 ranks busbw, Loom-mem vs Open MPI shm, 1 MiB..64 MiB",
+                     "all_reduce", 2, "ompi-shm", MIB, 64 * MIB, False, 2.0 * rt, "loom-mem")
+        ratio_target("T2m all_reduce 2 ranks busbw, Loom-mem vs Gloo, 1 MiB..64 MiB",
+                     "all_reduce", 2, "gloo", MIB, 64 * MIB, False, 5.0 * rt, "loom-mem")
+        ratio_target("T4m all_reduce 4 ranks busbw, Loom-mem vs Open MPI shm, every size",
+                     "all_reduce", 4, "ompi-shm", 1, big, False, 1.0 * rt, "loom-mem")
 
     # T5: busbw at 16 MiB / memcpy, every collective and rank count.
     name5 = "T5 busbw at 16 MiB / single-core memcpy bandwidth, every collective"

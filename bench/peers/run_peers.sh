@@ -17,7 +17,7 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$SCRIPT_DIR/../.." && pwd)"
 
-ALL_PEERS="loom ompi-shm ompi-tcp mpich gloo"
+ALL_PEERS="loom loom-mem ompi-shm ompi-tcp mpich gloo"
 PEERS="$ALL_PEERS"
 RANKS="2 4"
 COLLS="all_reduce all_gather reduce_scatter broadcast alltoall"
@@ -109,6 +109,7 @@ canon_coll() {  # accept loom-perf, nccl-tests and MPI-ish names
 canon_peer() {
   case "$1" in
     loom) echo loom ;;
+    loom-mem|loom_mem) echo loom-mem ;;
     ompi-shm|ompi_shm|ompi|openmpi|ompi-default|ompi_default) echo ompi-shm ;;
     ompi-tcp|ompi_tcp) echo ompi-tcp ;;
     mpich) echo mpich ;;
@@ -290,7 +291,7 @@ if have_active gloo; then
     die "cannot build gloo_coll_bench (compile line: $CXX -std=c++17 -O2 $GLOO_CXXFLAGS ... $GLOO_LIBS)"
 fi
 
-if have_active loom; then
+if have_active loom || have_active loom-mem; then
   LOOM_PERF_GIVEN="${LOOM_PERF:-}"
   if [[ -z "${LOOM_PERF:-}" ]]; then
     LOOM_BUILD="$REPO_DIR/build-peers"
@@ -334,7 +335,7 @@ META="$WORK/meta.txt"
   if have_active gloo; then
     echo "gloo=Gloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '(version unknown)')"
   fi
-  if have_active loom; then
+  if have_active loom || have_active loom-mem; then
     echo "loom_perf=$LOOM_PERF"
     # With LOOM_PERF given, the binary may come from another tree: say so.
     echo "loom_git=${LOOM_PERF_GIVEN:+tree of this script at }$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet 2>/dev/null || echo '+dirty')"
@@ -440,6 +441,9 @@ for np in $RANKS; do
           loom)
             bench_run loom "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
               "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 ;;
+          loom-mem)
+            bench_run loom-mem "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+              "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 -R 1 ;;
           ompi-shm)
             bench_run ompi-shm "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
               "$OMPI_MPIRUN" "${MPI_COMMON[@]}" -np "$np" "${MPI_SHM_ARGS[@]}" "${MPI_EXTRA[@]}" \

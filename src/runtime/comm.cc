@@ -13,6 +13,7 @@
 #include "src/core/log.h"
 #include "src/core/params.h"
 #include "src/core/process.h"
+#include "src/runtime/calibrate.h"
 #include "src/runtime/executor.h"
 #include "transports/socket/socket_transport.h"
 
@@ -93,6 +94,8 @@ std::string PeerInfo::serialize() const {
   putU32(s, static_cast<uint32_t>(pid));
   s.append(reinterpret_cast<const char*>(netHandle.bytes), net::kHandleSize);
   putStr(s, topo);
+  putU32(s, memcpyMBps);
+  putU32(s, reduceMBps);
   return s;
 }
 
@@ -108,6 +111,8 @@ Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
   std::memcpy(p.netHandle.bytes, blob.data() + r.pos, net::kHandleSize);
   r.pos += net::kHandleSize;
   p.topo = r.str();
+  p.memcpyMBps = r.u32();
+  p.reduceMBps = r.u32();
   if (!r.ok || r.pos != blob.size())
     return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
   return p;
@@ -210,6 +215,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   me.hostName = host;
   me.pid = getpid();
   me.topo = topo::localRankTopo(localTopology(), me.hostId).serialize();
+  const KernelSpeeds& speeds = localKernelSpeeds();
+  me.memcpyMBps = static_cast<uint32_t>(std::min(4e9, speeds.memcpyBytesPerSec / 1e6));
+  me.reduceMBps = static_cast<uint32_t>(std::min(4e9, speeds.reduceBytesPerSec / 1e6));
   Deadline deadline(c->timeoutMs_);
   LOOM_ASSIGN(c->bootstrap_,
               Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));

@@ -32,6 +32,8 @@ struct PeerInfo {
   int pid = 0;
   net::Handle netHandle{};  // the rank's transport listener
   std::string topo;         // topo::RankTopo::serialize(): the devices this rank sees
+  uint32_t memcpyMBps = 0;  // this rank's measured kernel speeds (calibrate.h), MB/s
+  uint32_t reduceMBps = 0;
 
   std::string serialize() const;
   static Result<PeerInfo> deserialize(const std::string& blob);

@@ -1,0 +1,54 @@
+#include "src/runtime/calibrate.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "src/core/clock.h"
+#include "src/core/log.h"
+#include "src/reduce/reduce.h"
+
+namespace loom {
+
+namespace {
+
+// Larger than the caches of most cores (so that the speed is memory's), small enough to measure
+// in a few milliseconds.
+constexpr size_t kBytes = 8 << 20;
+constexpr int kReps = 3;
+
+template <typename Fn>
+double bestRate(Fn fn) {
+  double best = 0;
+  for (int i = 0; i < kReps; ++i) {
+    int64_t t0 = nowNs();
+    fn();
+    int64_t dt = std::max<int64_t>(1, nowNs() - t0);
+    best = std::max(best, static_cast<double>(kBytes) * 1e9 / static_cast<double>(dt));
+  }
+  return best;
+}
+
+KernelSpeeds measure() {
+  KernelSpeeds s;
+  std::unique_ptr<float[]> a(new float[kBytes / sizeof(float)]);
+  std::unique_ptr<float[]> b(new float[kBytes / sizeof(float)]);
+  std::unique_ptr<float[]> c(new float[kBytes / sizeof(float)]);
+  for (size_t i = 0; i < kBytes / sizeof(float); ++i) a[i] = b[i] = c[i] = 1.0f;
+  s.memcpyBytesPerSec = bestRate([&] { std::memcpy(c.get(), a.get(), kBytes); });
+  s.reduceBytesPerSec = bestRate([&] {
+    reduceBuffers(c.get(), a.get(), b.get(), kBytes / sizeof(float), loomFloat32, loomSum);
+  });
+  LOOM_INFO(kSubPlan, "kernel speeds on this core: memcpy {:.2f} GB/s, float32 sum {:.2f} GB/s",
+            s.memcpyBytesPerSec / 1e9, s.reduceBytesPerSec / 1e9);
+  return s;
+}
+
+}  // namespace
+
+const KernelSpeeds& localKernelSpeeds() {
+  static const KernelSpeeds speeds = measure();
+  return speeds;
+}
+
+}  // namespace loom
