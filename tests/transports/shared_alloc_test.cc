@@ -90,8 +90,8 @@ TEST(SharedAlloc, AnotherProcessMapsReadsAndWrites) {
         const_cast<char*>(m.value())[0] = 0x44;  // mapped read-write
       }
       Result<const char*> wrong = maps.map(parent, ref.fd, ref.serial + 1000, 0, 1);
-      if (wrong.isOk() || wrong.status().message().find("not the peer's shared buffer") ==
-                              std::string::npos)
+      if (wrong.isOk() ||
+          wrong.status().message().find("not the peer's shared buffer") == std::string::npos)
         rc = rc ? rc : 3;
       Result<const char*> tooFar = maps.map(parent, ref.fd, ref.serial, 1 << 16, 1);
       if (tooFar.isOk()) rc = rc ? rc : 4;
