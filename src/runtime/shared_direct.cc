@@ -145,14 +145,14 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
       continue;
     }
     if (l.usesIn && l.inBytes) {
-      Result<char*> m = t->mapPeerShared(i, {r.inSerial, static_cast<int>(r.inFd), r.inOff},
-                                         l.inBytes);
+      Result<char*> m =
+          t->mapPeerShared(i, {r.inSerial, static_cast<int>(r.inFd), r.inOff}, l.inBytes);
       if (!m.isOk()) return failed(m.status());
       ins[i] = m.value();
     }
     if (l.usesOut && l.outBytes) {
-      Result<char*> m = t->mapPeerShared(i, {r.outSerial, static_cast<int>(r.outFd), r.outOff},
-                                         l.outBytes);
+      Result<char*> m =
+          t->mapPeerShared(i, {r.outSerial, static_cast<int>(r.outFd), r.outOff}, l.outBytes);
       if (!m.isOk()) return failed(m.status());
       outs[i] = m.value();
     }
@@ -212,8 +212,8 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
       // Block r of this rank's input goes to block me of rank r's output (out of place only).
       for (int r = 0; r < n; ++r) {
         if (r == me) continue;
-        std::memcpy(outs[r] + static_cast<size_t>(me) * c * es, in + static_cast<size_t>(r) * c * es,
-                    c * es);
+        std::memcpy(outs[r] + static_cast<size_t>(me) * c * es,
+                    in + static_cast<size_t>(r) * c * es, c * es);
       }
       if (outs[me] + static_cast<size_t>(me) * c * es != in + static_cast<size_t>(me) * c * es)
         std::memcpy(outs[me] + static_cast<size_t>(me) * c * es,
