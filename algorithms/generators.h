@@ -2,6 +2,8 @@
 // count >= 0, root in [0, nranks), in place or not. Internal to algorithms/.
 #pragma once
 
+#include <cstddef>
+
 #include "algorithms/schedule.h"
 
 namespace loom {
@@ -21,5 +23,15 @@ RankSchedule directReduce(const CollArgs& args, int rank);                // dir
 RankSchedule binomialBroadcast(const CollArgs& args, int rank);           // binomial.cc
 RankSchedule binomialReduce(const CollArgs& args, int rank);              // binomial.cc
 RankSchedule bruckAllGather(const CollArgs& args, int rank);              // bruck.cc
+RankSchedule treeAllReduce(const CollArgs& args, int rank);               // tree.cc
+RankSchedule rhdAllReduce(const CollArgs& args, int rank);                // rhd.cc
+RankSchedule rhdReduceScatter(const CollArgs& args, int rank);            // rhd.cc
+RankSchedule rhdAllGather(const CollArgs& args, int rank);                // rhd.cc
+RankSchedule bruckAllToAll(const CollArgs& args, int rank);               // bruck_alltoall.cc
+
+// The tree AllReduce with a given number of chunks per half (>= 1; chunks beyond the half's
+// element count are empty and dropped), and the number treeAllReduce uses for count elements.
+RankSchedule treeAllReduceChunked(const CollArgs& args, int rank, size_t chunks);  // tree.cc
+size_t treeAllReduceChunks(size_t count);                                          // tree.cc
 
 }  // namespace loom

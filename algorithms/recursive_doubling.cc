@@ -4,43 +4,9 @@
 
 #include "algorithms/builder.h"
 #include "algorithms/generators.h"
+#include "algorithms/patterns.h"
 
 namespace loom {
-namespace {
-
-// Rank arithmetic of recursive doubling with the standard fold for non-powers of two. With p the
-// largest power of two <= n and e = n - p, the odd ranks 2i+1 (i < e) are "extra": they hand their
-// input to rank 2i and get the result back from it. The p remaining ranks (the group) take
-// consecutive virtual ranks in rank order (2i -> i for i < e, r -> r - e for r >= 2e), and at
-// step k a group rank exchanges with the virtual rank v ^ (1 << k). Virtual and real ranks have
-// the same order, so "lower virtual rank" is "lower rank".
-struct RecursiveDoublingPattern {
-  int n;
-  int rank;
-  int pow2() const {
-    int p = 1;
-    while (p <= n / 2) p *= 2;
-    return p;
-  }
-  int extras() const { return n - pow2(); }
-  bool isExtra() const { return rank < 2 * extras() && rank % 2 == 1; }
-  // The rank an extra rank folds into (rank - 1), or the extra rank a group rank serves
-  // (rank + 1), or -1.
-  int foldPeer() const {
-    if (rank >= 2 * extras()) return -1;
-    return rank % 2 == 1 ? rank - 1 : rank + 1;
-  }
-  int virtualRank() const { return rank < 2 * extras() ? rank / 2 : rank - extras(); }
-  int realRank(int v) const { return v < extras() ? 2 * v : v + extras(); }
-  int steps() const {
-    int k = 0;
-    while ((1 << (k + 1)) <= n) ++k;
-    return k;
-  }
-  int partner(int k) const { return realRank(virtualRank() ^ (1 << k)); }
-};
-
-}  // namespace
 
 // Group rank, step k: send the current vector to the partner, receive the partner's and combine
 // them into another buffer (writing into the buffer a pending send reads would wait for that send,

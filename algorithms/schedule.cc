@@ -94,6 +94,11 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"binomial", CollKind::kBroadcast, binomialBroadcast},
       {"binomial", CollKind::kReduce, binomialReduce},
       {"bruck", CollKind::kAllGather, bruckAllGather},
+      {"tree", CollKind::kAllReduce, treeAllReduce},
+      {"rhd", CollKind::kAllReduce, rhdAllReduce},
+      {"rhd", CollKind::kReduceScatter, rhdReduceScatter},
+      {"rhd", CollKind::kAllGather, rhdAllGather},
+      {"bruck", CollKind::kAllToAll, bruckAllToAll},
   };
   return kAlgorithms;
 }

@@ -565,29 +565,34 @@ class Executor {
 
   // Sleeps until a transport may progress. With requests on one transport only, that
   // transport's wait; with several (shared memory and sockets), the network's, briefly, so that
-  // neither starves.
+  // neither starves. A transport is only ever given its own requests (waitActivity reads them as
+  // its request type): channels other than 0 go over the network even between local ranks
+  // (Comm::transportFor), so one run can have requests in flight on both.
   void wait() {
-    std::vector<void*> reqs;
+    std::vector<void*> netReqs;
+    std::vector<void*> otherReqs;
     void* listen = nullptr;
     net::Transport* net = nullptr;
     net::Transport* other = nullptr;
     for (auto& cr : commRuns_) {
       if (cr.finished) continue;
       for (auto& f : cr.inflight) {
-        reqs.push_back(f.request);
-        if (f.transport == cr.comm->transport())
+        if (f.transport == cr.comm->transport()) {
           net = f.transport;
-        else
+          netReqs.push_back(f.request);
+        } else {
           other = f.transport;
+          otherReqs.push_back(f.request);
+        }
       }
       if (!listen) listen = cr.comm->listenComm();
       // Connections not yet made go through the network transport's listener.
       if (!cr.queues.empty() && !net && !other) net = cr.comm->transport();
     }
     if (other && !net) {
-      other->waitActivity(reqs.data(), static_cast<int>(reqs.size()), nullptr, 2);
+      other->waitActivity(otherReqs.data(), static_cast<int>(otherReqs.size()), nullptr, 2);
     } else if (net) {
-      net->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen, other ? 1 : 2);
+      net->waitActivity(netReqs.data(), static_cast<int>(netReqs.size()), listen, other ? 1 : 2);
     }
   }
 

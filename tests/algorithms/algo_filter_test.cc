@@ -55,10 +55,11 @@ TEST(AlgoFilter, ErrorsNameTheValidChoices) {
   EXPECT_NE(coll.status().message().find("allreduce"), std::string::npos);
   EXPECT_FALSE(AlgoFilter::parse("ring,,rd").isOk());
   // Nothing left for a collective: an error at choice time, naming what it has.
-  AlgoFilter none = parseOk("alltoall:^pairwise");
+  AlgoFilter none = parseOk("alltoall:^pairwise,bruck");
   auto r = none.choose(CollKind::kAllToAll, "pairwise");
   ASSERT_FALSE(r.isOk());
   EXPECT_NE(r.status().message().find("pairwise"), std::string::npos);
+  EXPECT_NE(r.status().message().find("bruck"), std::string::npos);
 }
 
 }  // namespace
