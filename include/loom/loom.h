@@ -169,6 +169,38 @@ LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream);
 
+/* Loom extension: what a collective would run on comm, without running it (loom-perf --plan uses
+ * it). Collective-wide: every rank gets the same answer. */
+typedef enum {
+  loomCollAllReduce = 0,
+  loomCollBroadcast = 1,
+  loomCollReduce = 2,
+  loomCollAllGather = 3,
+  loomCollReduceScatter = 4,
+  loomCollAllToAll = 5
+} loomCollective_t;
+
+#define LOOM_PLAN_MAX_CANDIDATES 16
+typedef struct {
+  char name[32];      /* a registered algorithm */
+  double predictedUs; /* the cost model's time; < 0: not priced */
+  int allowed;        /* by LOOM_ALGO */
+} loomPlanCandidate_t;
+
+typedef struct {
+  char path[32];      /* "low-latency", "mapped-direct" (when the buffers allow it), or "schedule" */
+  char algorithm[32]; /* the schedule that runs (or would, when the path is not "schedule") */
+  char source[16];    /* "model", "tuning", or "rule" (LOOM_PLANNER=0) */
+  double predictedUs; /* the model's time for that algorithm; < 0: not priced */
+  int nCandidates;
+  loomPlanCandidate_t candidates[LOOM_PLAN_MAX_CANDIDATES];
+} loomPlanInfo_t;
+
+/* count as the collective's own call takes it (AllGather: sendcount; ReduceScatter: recvcount). */
+LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t count,
+                                       loomDataType_t datatype, int root, int inPlace,
+                                       loomPlanInfo_t* info);
+
 /* Host memory that the other processes of this host can map (as ncclMemAlloc is to NCCL): a
  * shared-memory message from a buffer allocated here is read by the receiving process straight
  * from this buffer, with one copy and no system call, instead of through the transport's slots.

@@ -1,5 +1,6 @@
 #include "src/runtime/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +97,7 @@ std::string PeerInfo::serialize() const {
   putStr(s, topo);
   putU32(s, memcpyMBps);
   putU32(s, reduceMBps);
+  putU32(s, cores);
   return s;
 }
 
@@ -113,6 +115,7 @@ Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
   p.topo = r.str();
   p.memcpyMBps = r.u32();
   p.reduceMBps = r.u32();
+  p.cores = r.u32();
   if (!r.ok || r.pos != blob.size())
     return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
   return p;
@@ -218,6 +221,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   const KernelSpeeds& speeds = localKernelSpeeds();
   me.memcpyMBps = static_cast<uint32_t>(std::min(4e9, speeds.memcpyBytesPerSec / 1e6));
   me.reduceMBps = static_cast<uint32_t>(std::min(4e9, speeds.reduceBytesPerSec / 1e6));
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  me.cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   Deadline deadline(c->timeoutMs_);
   LOOM_ASSIGN(c->bootstrap_,
               Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));

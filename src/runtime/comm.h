@@ -34,6 +34,7 @@ struct PeerInfo {
   std::string topo;         // topo::RankTopo::serialize(): the devices this rank sees
   uint32_t memcpyMBps = 0;  // this rank's measured kernel speeds (calibrate.h), MB/s
   uint32_t reduceMBps = 0;
+  uint32_t cores = 0;  // CPUs this process may run on
 
   std::string serialize() const;
   static Result<PeerInfo> deserialize(const std::string& blob);
