@@ -1,7 +1,11 @@
 // Names, buffer layouts, the registry of generators and buildSchedule.
 #include "algorithms/schedule.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "algorithms/generators.h"
+#include "src/core/hash.h"
 
 namespace loom {
 
@@ -76,6 +80,71 @@ BufferLayout bufferLayout(const CollArgs& args, int rank) {
   return l;
 }
 
+Result<std::shared_ptr<const RankLayout>> RankLayout::create(std::vector<int> hostOf,
+                                                             std::vector<int> ringOrder,
+                                                             int channels) {
+  const int n = static_cast<int>(hostOf.size());
+  if (n < 1) return LOOM_ERROR(kInvalidArgument, "rank layout: no ranks");
+  if (channels < 1 || channels > kMaxLayoutChannels) {
+    return LOOM_ERROR(kInvalidArgument, "rank layout: {} channels (1 to {})", channels,
+                      kMaxLayoutChannels);
+  }
+  std::shared_ptr<RankLayout> l(new RankLayout());
+  l->localIndex_.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const int h = hostOf[static_cast<size_t>(r)];
+    if (h < 0 || h > l->nhosts()) {
+      return LOOM_ERROR(kInvalidArgument,
+                        "rank layout: rank {} is on host {}; hosts must be numbered 0, 1, ... in "
+                        "order of their first rank",
+                        r, h);
+    }
+    if (h == l->nhosts()) l->hosts_.emplace_back();
+    auto& ranks = l->hosts_[static_cast<size_t>(h)];
+    l->localIndex_[static_cast<size_t>(r)] = static_cast<int>(ranks.size());
+    ranks.push_back(r);
+    l->maxLocal_ = std::max(l->maxLocal_, static_cast<int>(ranks.size()));
+  }
+  if (ringOrder.empty()) {
+    for (const auto& ranks : l->hosts_)
+      ringOrder.insert(ringOrder.end(), ranks.begin(), ranks.end());
+  }
+  if (ringOrder.size() != hostOf.size()) {
+    return LOOM_ERROR(kInvalidArgument, "rank layout: ring order of {} ranks for {} ranks",
+                      ringOrder.size(), n);
+  }
+  l->ringPos_.assign(static_cast<size_t>(n), -1);
+  for (int p = 0; p < n; ++p) {
+    const int r = ringOrder[static_cast<size_t>(p)];
+    if (r < 0 || r >= n || l->ringPos_[static_cast<size_t>(r)] >= 0) {
+      return LOOM_ERROR(kInvalidArgument, "rank layout: ring order is not a permutation of 0..{}",
+                        n - 1);
+    }
+    l->ringPos_[static_cast<size_t>(r)] = p;
+  }
+  Fnv64 h;
+  h.mix(static_cast<uint64_t>(n)).mix(static_cast<uint64_t>(channels));
+  for (int x : hostOf) h.mix(static_cast<uint64_t>(x));
+  for (int x : ringOrder) h.mix(static_cast<uint64_t>(x));
+  l->hostOf_ = std::move(hostOf);
+  l->ringOrder_ = std::move(ringOrder);
+  l->channels_ = channels;
+  l->hash_ = h.value();
+  return std::shared_ptr<const RankLayout>(std::move(l));
+}
+
+std::shared_ptr<const RankLayout> RankLayout::singleHost(int nranks, int channels) {
+  Result<std::shared_ptr<const RankLayout>> l = create(
+      std::vector<int>(static_cast<size_t>(std::max(nranks, 1)), 0), {}, std::max(channels, 1));
+  return l.value();
+}
+
+std::shared_ptr<const RankLayout> effectiveLayout(const CollArgs& args) {
+  return args.layout ? args.layout : RankLayout::singleHost(args.nranks);
+}
+
+uint64_t layoutHash(const CollArgs& args) { return args.layout ? args.layout->hash() : 0; }
+
 const std::vector<AlgorithmInfo>& algorithms() {
   // The first entry of each collective is its default.
   static const std::vector<AlgorithmInfo> kAlgorithms = {
@@ -99,6 +168,11 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"rhd", CollKind::kReduceScatter, rhdReduceScatter},
       {"rhd", CollKind::kAllGather, rhdAllGather},
       {"bruck", CollKind::kAllToAll, bruckAllToAll},
+      {"hier", CollKind::kAllReduce, hierAllReduce},
+      {"hier", CollKind::kBroadcast, hierBroadcast},
+      {"hier", CollKind::kReduce, hierReduce},
+      {"hier", CollKind::kAllGather, hierAllGather},
+      {"hier", CollKind::kReduceScatter, hierReduceScatter},
   };
   return kAlgorithms;
 }

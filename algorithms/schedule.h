@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,52 @@ struct Step {
   size_t count = 0;  // elements
 };
 
+// The most channels a RankLayout may ask for.
+inline constexpr int kMaxLayoutChannels = 64;
+
+// Where the ranks live, for the topology-aware generators: which host each rank is on, the order
+// rings visit the ranks in, and how many channels (independent rings on disjoint parts of the
+// data, NCCL's channels) the ring generators use. Immutable once created and shared between
+// CollArgs copies; every rank must hold an equal layout (the same hash) for schedules to match.
+class RankLayout {
+ public:
+  // hostOf: rank -> host index, hosts numbered 0..H-1 in order of their first rank (every index
+  // used). ringOrder: a permutation of the ranks, or empty for the default order (by host, then
+  // rank: each host entered and left once). channels >= 1. Fails with kInvalidArgument otherwise.
+  static Result<std::shared_ptr<const RankLayout>> create(std::vector<int> hostOf,
+                                                          std::vector<int> ringOrder = {},
+                                                          int channels = 1);
+  // One host, ranks in index order (what a null layout means), with the given channels.
+  static std::shared_ptr<const RankLayout> singleHost(int nranks, int channels = 1);
+
+  int nranks() const { return static_cast<int>(hostOf_.size()); }
+  int nhosts() const { return static_cast<int>(hosts_.size()); }
+  int hostOf(int rank) const { return hostOf_[static_cast<size_t>(rank)]; }
+  // The ranks of a host, ascending.
+  const std::vector<int>& ranksOf(int host) const { return hosts_[static_cast<size_t>(host)]; }
+  // A rank's index among its host's ranks.
+  int localIndex(int rank) const { return localIndex_[static_cast<size_t>(rank)]; }
+  int localSize(int rank) const { return static_cast<int>(ranksOf(hostOf(rank)).size()); }
+  // The largest number of ranks on one host.
+  int maxLocal() const { return maxLocal_; }
+  const std::vector<int>& ringOrder() const { return ringOrder_; }
+  int ringPosition(int rank) const { return ringPos_[static_cast<size_t>(rank)]; }
+  int channels() const { return channels_; }
+  // FNV-1a of hostOf, ringOrder and channels: equal layouts hash alike (plan cache keys).
+  uint64_t hash() const { return hash_; }
+
+ private:
+  RankLayout() = default;
+  std::vector<int> hostOf_;
+  std::vector<std::vector<int>> hosts_;
+  std::vector<int> localIndex_;
+  std::vector<int> ringOrder_;
+  std::vector<int> ringPos_;
+  int maxLocal_ = 1;
+  int channels_ = 1;
+  uint64_t hash_ = 0;
+};
+
 // What a generator is asked to build. count follows the public API of the collective:
 // AllReduce/Broadcast/Reduce: elements per rank; AllGather: sendcount; ReduceScatter: recvcount;
 // AllToAll: elements per peer.
@@ -72,7 +119,14 @@ struct CollArgs {
   size_t count = 0;
   int root = 0;
   bool inPlace = false;
+  // Where the ranks live; null: one host, ranks in index order, one channel. Shared, so copying
+  // CollArgs stays cheap. Its nranks() must equal nranks (the verifier checks).
+  std::shared_ptr<const RankLayout> layout;
 };
+// The layout of args, or the single-host one a null layout stands for (built on each call).
+std::shared_ptr<const RankLayout> effectiveLayout(const CollArgs& args);
+// The layout's hash, or 0 for a null layout.
+uint64_t layoutHash(const CollArgs& args);
 
 // Buffer sizes (elements) of one rank for a collective, and how they alias when in place:
 // in place, the input is the output at inputOffsetInOutput (AllReduce, Broadcast, Reduce, AllToAll:

@@ -159,17 +159,33 @@ class Verifier {
  private:
   Status fail(int r, uint32_t i, const std::string& what) const {
     const Step& st = ranks_[static_cast<size_t>(r)].rs->steps[i];
-    return LOOM_ERROR(kInternal, "{} {} (n={}, count={}{}{}): rank {} step {} ({}): {}",
+    return LOOM_ERROR(kInternal, "{} {} (n={}, count={}{}{}{}): rank {} step {} ({}): {}",
                       s_.algorithm, collName(s_.args.coll), n_, s_.args.count,
                       s_.args.inPlace ? ", in place" : "",
-                      isRooted() ? fmt::format(", root={}", s_.args.root) : std::string(), r, i,
-                      describeStep(st), what);
+                      isRooted() ? fmt::format(", root={}", s_.args.root) : std::string(),
+                      layoutString(), r, i, describeStep(st), what);
   }
   Status failGlobal(const std::string& what) const {
-    return LOOM_ERROR(kInternal, "{} {} (n={}, count={}{}{}): {}", s_.algorithm,
-                      collName(s_.args.coll), n_, s_.args.count,
-                      s_.args.inPlace ? ", in place" : "",
-                      isRooted() ? fmt::format(", root={}", s_.args.root) : std::string(), what);
+    return LOOM_ERROR(
+        kInternal, "{} {} (n={}, count={}{}{}{}): {}", s_.algorithm, collName(s_.args.coll), n_,
+        s_.args.count, s_.args.inPlace ? ", in place" : "",
+        isRooted() ? fmt::format(", root={}", s_.args.root) : std::string(), layoutString(), what);
+  }
+  // ", host of each rank [0,0,1], ring [...], 2 channel(s)" for a layout, "" without one.
+  std::string layoutString() const {
+    const RankLayout* l = s_.args.layout.get();
+    if (!l) return std::string();
+    std::string hosts, ring;
+    for (int r = 0; r < l->nranks() && r < 32; ++r) {
+      hosts += fmt::format("{}{}", r ? "," : "", l->hostOf(r));
+    }
+    if (l->nranks() > 32) hosts += ",...";
+    for (int p = 0; p < l->nranks() && p < 32; ++p) {
+      ring += fmt::format("{}{}", p ? "," : "", l->ringOrder()[static_cast<size_t>(p)]);
+    }
+    if (l->nranks() > 32) ring += ",...";
+    return fmt::format(", host of each rank [{}], ring [{}], {} channel(s)", hosts, ring,
+                       l->channels());
   }
   bool isRooted() const {
     return s_.args.coll == CollKind::kBroadcast || s_.args.coll == CollKind::kReduce;
@@ -185,6 +201,9 @@ class Verifier {
     }
     if (s_.args.coll == CollKind::kSendRecv) {
       return failGlobal("point-to-point schedules have no collective definition to verify");
+    }
+    if (s_.args.layout && s_.args.layout->nranks() != n_) {
+      return failGlobal(fmt::format("rank layout of {} ranks", s_.args.layout->nranks()));
     }
     return Status::ok();
   }

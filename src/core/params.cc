@@ -51,6 +51,10 @@ const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
 const Param kAllReduceRdMax{"LOOM_ALLREDUCE_RD_MAX", ParamType::kSize, "256K",
                             "AllReduce messages up to this size use recursive doubling (fewest "
                             "steps), larger ones the ring (least traffic); 0: always the ring"};
+const Param kRingChannels{"LOOM_RING_CHANNELS", ParamType::kInt, "1",
+                          "Channels of the ring algorithms (read at communicator init): the data "
+                          "is split into this many parts, each moved by its own ring, odd ones "
+                          "in the opposite direction; 1 to 64"};
 const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
                          "Outstanding network requests per connection and direction"};
 const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",

@@ -70,6 +70,7 @@ extern const Param kAllReduceRdMax;
 extern const Param kMaxInflight;
 extern const Param kSpinUs;
 extern const Param kAlgo;
+extern const Param kRingChannels;
 extern const Param kTopoFile;
 extern const Param kShmDisable;
 extern const Param kShmSingleCopy;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/algo_filter.h"
+#include "algorithms/schedule.h"
 #include "src/core/clock.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
@@ -167,6 +168,12 @@ Status Comm::buildSystem() {
   }
   LOOM_ASSIGN(system_, topo::SystemTopo::build(std::move(all)));
   for (const auto& w : system_.warnings) LOOM_WARN("topology: {}", w);
+  const int64_t channels = params::kRingChannels.asInt();
+  if (channels < 1 || channels > kMaxLayoutChannels) {
+    return LOOM_ERROR(kInvalidArgument, "LOOM_RING_CHANNELS={} is out of range (1 to {})", channels,
+                      kMaxLayoutChannels);
+  }
+  LOOM_ASSIGN(rankLayout_, RankLayout::create(system_.hostOf, {}, static_cast<int>(channels)));
   if (rank_ == 0) {
     std::string perHost;
     for (const auto& h : system_.hosts)

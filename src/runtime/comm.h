@@ -24,6 +24,7 @@
 namespace loom {
 
 class PlanCache;
+class RankLayout;
 
 // What each rank tells the others at init (through the bootstrap).
 struct PeerInfo {
@@ -123,6 +124,9 @@ class Comm {
   int localRanks() const { return localRanks_; }
   // Hosts, ranks per host and the devices of every rank, the same on every rank.
   const topo::SystemTopo& system() const { return system_; }
+  // The same as a RankLayout for the schedule generators (hosts from system(), rings by host then
+  // rank, one channel), built once with it.
+  const std::shared_ptr<const RankLayout>& rankLayout() const { return rankLayout_; }
   // How long the progress loop polls (yielding the core between polls) without progress before
   // it sleeps in poll(): LOOM_SPIN_US.
   int64_t spinNs() const { return spinNs_; }
@@ -169,6 +173,7 @@ class Comm {
   uint64_t llSeq_ = 0;
   size_t llMax_ = 0;
   topo::SystemTopo system_;
+  std::shared_ptr<const RankLayout> rankLayout_;
   void computeLocality();
   // Builds system_ from every rank's PeerInfo::topo.
   Status buildSystem();

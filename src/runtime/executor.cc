@@ -45,11 +45,12 @@ uint64_t opSignature(const OpArgs& op) {
 namespace {
 
 // The tag every message of an operation carries: a hash of what all ranks must agree on. A rank
-// that runs a different collective, count, datatype, op or root sends frames whose tag matches
-// no posted receive, and the transport reports it instead of corrupting memory.
-int opTag(const OpArgs& op, const std::string& algorithm) {
+// that runs a different collective, count, datatype, op, root, algorithm or rank layout (hosts,
+// ring order, channels) sends frames whose tag matches no posted receive, and the transport
+// reports it instead of corrupting memory.
+int opTag(const OpArgs& op, const std::string& algorithm, uint64_t layoutId) {
   if (op.coll == CollKind::kSendRecv) return kP2pTag;
-  uint64_t h = Fnv64().mixBytes(algorithm).mix(opSignature(op)).value();
+  uint64_t h = Fnv64().mixBytes(algorithm).mix(opSignature(op)).mix(layoutId).value();
   return static_cast<int>((h ^ (h >> 32)) & 0x3fffffff);
 }
 
@@ -95,13 +96,16 @@ Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal)
 
 namespace {
 
-std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", static_cast<int>(op.coll), op.count,
+// The layout's hash is part of the key: plans built for different hosts or ring orders differ.
+std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo,
+                    const RankLayout* layout) {
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{:x}", static_cast<int>(op.coll), op.count,
                      dataTypeSize(op.dtype), op.root, op.peer, op.isSend, op.inPlace, pieceElems,
-                     algo);
+                     algo, layout ? layout->hash() : 0);
 }
 
 Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int nranks,
+                                               std::shared_ptr<const RankLayout> layout,
                                                size_t pieceElems, const std::string& algoName) {
   auto plan = std::make_shared<LoweredPlan>();
   CollArgs& a = plan->args;
@@ -110,6 +114,10 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
   a.count = op.count;
   a.root = op.root;
   a.inPlace = op.inPlace;
+  if (layout && layout->nranks() != nranks) {
+    return LOOM_ERROR(kInternal, "rank layout of {} ranks for {} ranks", layout->nranks(), nranks);
+  }
+  a.layout = std::move(layout);
   RankSchedule rs;
   if (op.coll == CollKind::kSendRecv) {
     plan->algorithm = "p2p";
@@ -305,9 +313,10 @@ class Executor {
       r.args = ops_[i].args;
       r.elemSize = dataTypeSize(r.args.dtype);
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
-      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
-                                              r.comm->allLocal(), pieceBytes));
-      r.tag = opTag(r.args, r.plan->algorithm);
+      LOOM_ASSIGN(r.plan,
+                  r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
+                                      r.comm->rankLayout(), r.comm->allLocal(), pieceBytes));
+      r.tag = opTag(r.args, r.plan->algorithm, layoutHash(r.plan->args));
     }
     for (auto& r : runs_) {
       if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
@@ -603,12 +612,13 @@ class Executor {
 
 }  // namespace
 
-Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int rank, int nranks,
-                                                          bool allLocal, size_t pieceBytes) {
+Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(
+    const OpArgs& op, int rank, int nranks, const std::shared_ptr<const RankLayout>& layout,
+    bool allLocal, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
   LOOM_ASSIGN(std::string algo, chooseAlgorithm(op, nranks, allLocal));
-  std::string key = planKey(op, pieceElems, algo);
+  std::string key = planKey(op, pieceElems, algo, layout.get());
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = index_.find(key);
@@ -617,7 +627,8 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(const OpArgs& op, int 
       return it->second->second;
     }
   }
-  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan, buildPlan(op, rank, nranks, pieceElems, algo));
+  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan,
+              buildPlan(op, rank, nranks, layout, pieceElems, algo));
   LOOM_INFO(kSubPlan, "{} count {} {} {}: algorithm {}, {} pieces, staging {} elements",
             collName(op.coll), op.count, dataTypeName(op.dtype),
             op.inPlace ? "in place" : "out of place", plan->algorithm, plan->lowered.pieces.size(),

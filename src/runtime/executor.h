@@ -59,8 +59,10 @@ struct LoweredPlan {
 // Per-communicator cache of lowered plans (LRU).
 class PlanCache {
  public:
+  // layout: where the ranks live (Comm::rankLayout; null: one host), part of the cache key.
   // allLocal: every rank shares this host's shared memory (Comm::allLocal).
   Result<std::shared_ptr<const LoweredPlan>> get(const OpArgs& op, int rank, int nranks,
+                                                 const std::shared_ptr<const RankLayout>& layout,
                                                  bool allLocal, size_t pieceBytes);
 
  private:

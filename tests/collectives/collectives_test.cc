@@ -119,6 +119,52 @@ TEST(ForcedAlgorithms, EveryRegisteredAlgorithmIsCorrect) {
   }
 }
 
+// The same on one host with several ring channels (channels other than 0 use the sockets).
+TEST(ForcedAlgorithms, EveryRegisteredAlgorithmWithRingChannels) {
+  setParam("LOOM_SHM_LL_MAX", "0");  // read at init
+  setParam("LOOM_RING_CHANNELS", "3");
+  ThreadRanks tr(4);
+  setParam("LOOM_SHM_LL_MAX", nullptr);
+  setParam("LOOM_RING_CHANNELS", nullptr);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  for (const loom::AlgorithmInfo& a : loom::algorithms()) {
+    Coll coll = Coll::kAllReduce;
+    for (Coll c : allColls())
+      if (std::string(collName(c)) == collName(a.coll)) coll = c;
+    std::string spec = std::string(collName(a.coll)) + ":" + a.name;
+    setParam("LOOM_ALGO", spec.c_str());
+    std::string result = runMatrix(tr, matrix(coll, 4, standardCounts(4), {loomSum}));
+    setParam("LOOM_ALGO", nullptr);
+    EXPECT_EQ(result, "") << spec;
+  }
+}
+
+// Ranks as processes on simulated hosts of 3, 2 and 1 ranks, interleaved (LOOM_HOSTID per rank):
+// the hierarchical algorithms and the rings (ordered by host, two channels) across them.
+TEST(ForcedAlgorithms, HierarchicalAndRingsAcrossSimulatedHosts) {
+  for (const char* algo : {"hier", "ring"}) {
+    for (Coll coll : allColls()) {
+      bool registered = false;
+      for (const loom::AlgorithmInfo& a : loom::algorithms())
+        registered |=
+            std::string(a.name) == algo && std::string(collName(a.coll)) == collName(coll);
+      if (!registered) continue;
+      std::string spec = std::string(collName(coll)) + ":" + algo;
+      WorkerResult res = runWorkers(6, std::string("matrix:") + collName(coll),
+                                    {{"LOOM_TEST_HOSTS", "a,b,a,c,b,a"},
+                                     {"LOOM_ALGO", spec},
+                                     {"LOOM_RING_CHANNELS", "2"},
+                                     {"LOOM_SHM_LL_MAX", "0"}});
+      size_t want = matrix(coll, 6, standardCounts(6), kAllOps).size();
+      for (int r = 0; r < 6; ++r) {
+        EXPECT_TRUE(res.exitedWith(r, 0)) << spec << " rank " << r << ": " << res.describe(r);
+        EXPECT_NE(res.output[r].find("ran " + std::to_string(want) + " cases"), std::string::npos)
+            << spec << ": " << res.output[r];
+      }
+    }
+  }
+}
+
 TEST(ForcedAlgorithms, UnknownNameFailsInitWithTheValidNames) {
   setParam("LOOM_ALGO", "allreduce:treee");
   loomUniqueId id;

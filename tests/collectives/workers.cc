@@ -220,6 +220,19 @@ int workerMain() {
     return 10;
   }
   fprintf(stderr, "worker pid %d\n", static_cast<int>(getpid()));
+  // LOOM_TEST_HOSTS: a comma list of host ids, one per rank, that become each worker's
+  // LOOM_HOSTID: several hosts simulated on one machine (ranks of different ids use sockets).
+  if (const char* hosts = getenv("LOOM_TEST_HOSTS")) {
+    std::vector<std::string> ids(1);
+    for (const char* p = hosts; *p; ++p) {
+      if (*p == ',') {
+        ids.emplace_back();
+      } else {
+        ids.back() += *p;
+      }
+    }
+    if (rank < static_cast<int>(ids.size())) setenv("LOOM_HOSTID", ids[rank].c_str(), 1);
+  }
   loomComm_t comm = nullptr;
   if (loomCommInitRank(&comm, n, id, rank) != loomSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, loomGetLastError());
