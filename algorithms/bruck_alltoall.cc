@@ -61,7 +61,8 @@ RankSchedule bruckAllToAll(const CollArgs& args, int rank) {
     const size_t area = static_cast<size_t>(k % 2) * maxBlocks * c;
     for (size_t x = 0; x < moved.size(); ++x) {
       const int i = moved[x];
-      const BufRef src = i % d == 0 ? original(i) : scratchAt(heldBase + static_cast<size_t>(i) * c);
+      const BufRef src =
+          i % d == 0 ? original(i) : scratchAt(heldBase + static_cast<size_t>(i) * c);
       b.copy(src, scratchAt(sendBase + area + x * c), c);
     }
     const size_t elems = moved.size() * c;
@@ -71,7 +72,7 @@ RankSchedule bruckAllToAll(const CollArgs& args, int rank) {
       const int i = moved[x];
       const bool arrived = i < 2 * d;  // d is the highest bit of i
       const BufRef dst = arrived ? outputAt(static_cast<size_t>(modRank(rank - i, n)) * c)
-                               : scratchAt(heldBase + static_cast<size_t>(i) * c);
+                                 : scratchAt(heldBase + static_cast<size_t>(i) * c);
       b.copy(scratchAt(recvBase + area + x * c), dst, c);
     }
   }

@@ -33,10 +33,10 @@ RankSchedule bruckAllToAll(const CollArgs& args, int rank);               // bru
 // element count are empty and dropped), and the number treeAllReduce uses for count elements.
 RankSchedule treeAllReduceChunked(const CollArgs& args, int rank, size_t chunks);  // tree.cc
 size_t treeAllReduceChunks(size_t count);                                          // tree.cc
-RankSchedule hierAllReduce(const CollArgs& args, int rank);               // hier.cc
-RankSchedule hierBroadcast(const CollArgs& args, int rank);               // hier.cc
-RankSchedule hierReduce(const CollArgs& args, int rank);                  // hier.cc
-RankSchedule hierAllGather(const CollArgs& args, int rank);               // hier.cc
-RankSchedule hierReduceScatter(const CollArgs& args, int rank);           // hier.cc
+RankSchedule hierAllReduce(const CollArgs& args, int rank);                        // hier.cc
+RankSchedule hierBroadcast(const CollArgs& args, int rank);                        // hier.cc
+RankSchedule hierReduce(const CollArgs& args, int rank);                           // hier.cc
+RankSchedule hierAllGather(const CollArgs& args, int rank);                        // hier.cc
+RankSchedule hierReduceScatter(const CollArgs& args, int rank);                    // hier.cc
 
 }  // namespace loom

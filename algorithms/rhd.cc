@@ -124,8 +124,7 @@ RankSchedule rhdReduceScatter(const CollArgs& args, int rank) {
     const Block give = range(windowStart(partner, dist), dist);
     const Block keep = range(windowStart(v, dist), dist);
     b.send(peer, current(give.offset), give.count);
-    const BufRef dst =
-        s == steps - 1 && fold < 0 ? outputAt(0) : scratchAt(keep.offset - base);
+    const BufRef dst = s == steps - 1 && fold < 0 ? outputAt(0) : scratchAt(keep.offset - base);
     b.recvReduce(peer, current(keep.offset), dst, keep.count);
     inScratch = true;
   }

@@ -155,7 +155,9 @@ std::vector<size_t> crossHostSent(const Schedule& s, const RankLayout& l) {
   return sent;
 }
 
-size_t total(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
+size_t total(const std::vector<size_t>& v) {
+  return std::accumulate(v.begin(), v.end(), size_t{0});
+}
 
 TEST(HierAllReduce, CrossHostTrafficIsPerSlice) {
   // 2 hosts x 4 ranks: each rank sends 2 (H-1)/H * count/4 = count/4 elements across hosts.

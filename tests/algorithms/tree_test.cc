@@ -147,8 +147,8 @@ TEST(TreeAllReduce, MessagesPerChunkFollowTheTrees) {
 TEST(TreeAllReduce, VerifiesForForcedChunkCounts) {
   for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 31, 32, 33}) {
     for (size_t k : {1, 2, 3, 8, 13}) {
-      for (size_t count : {size_t{1}, static_cast<size_t>(n), static_cast<size_t>(5 * n + 3),
-                           size_t{100}}) {
+      for (size_t count :
+           {size_t{1}, static_cast<size_t>(n), static_cast<size_t>(5 * n + 3), size_t{100}}) {
         for (bool inPlace : {false, true}) {
           CollArgs a;
           a.nranks = n;

@@ -216,6 +216,32 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ProcessMatrix,
                                   std::to_string(std::get<0>(p.param)) + "ranks";
                          });
 
+// Two hosts of two processes each (a host id per pair): one communicator whose ranks reach some
+// peers through shared memory and others through sockets, so the progress loop waits on both
+// transports at once.
+class MixedTransports : public ::testing::TestWithParam<Coll> {};
+
+TEST_P(MixedTransports, TwoHostsOfTwoProcesses) {
+  WorkerResult res = runWorkers(4, std::string("matrix:") + collName(GetParam()),
+                                {{"LOOM_TEST_RANKS_PER_HOST", "2"},
+                                 {"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "SHM,NET"}});
+  size_t want = matrix(GetParam(), 4, standardCounts(4), kAllOps).size();
+  bool network = false;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("ran " + std::to_string(want) + " cases"), std::string::npos)
+        << res.output[r];
+    EXPECT_NE(res.output[r].find("shared memory with 2 local ranks"), std::string::npos)
+        << res.output[r];
+    network |= res.output[r].find("socket transport: connected to") != std::string::npos;
+  }
+  EXPECT_TRUE(network) << "no rank connected a socket to the other host";
+}
+
+INSTANTIATE_TEST_SUITE_P(Colls, MixedTransports, ::testing::ValuesIn(allColls()),
+                         [](const auto& p) { return std::string(collName(p.param)); });
+
 // Large messages: many pieces, every collective, over a few rank counts.
 TEST(Collectives, LargeMessages) {
   for (int n : {2, 3}) {

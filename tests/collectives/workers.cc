@@ -232,6 +232,11 @@ int workerMain() {
       }
     }
     if (rank < static_cast<int>(ids.size())) setenv("LOOM_HOSTID", ids[rank].c_str(), 1);
+  } else if (const char* k = getenv("LOOM_TEST_RANKS_PER_HOST")) {
+    // Emulated hosts: ranks k*h to k*h+k-1 share the host id "test-host-h", so one communicator
+    // mixes shared memory (inside a host) and sockets.
+    std::string host = "test-host-" + std::to_string(rank / std::max(1, atoi(k)));
+    setParam("LOOM_HOSTID", host.c_str());
   }
   loomComm_t comm = nullptr;
   if (loomCommInitRank(&comm, n, id, rank) != loomSuccess) {
