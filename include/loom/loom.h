@@ -188,7 +188,8 @@ typedef struct {
 } loomPlanCandidate_t;
 
 typedef struct {
-  char path[32]; /* "low-latency", "mapped-direct" (when the buffers allow it), or "schedule" */
+  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": the direct schedule, run
+                         in one pass when every rank's buffers can be mapped (decided per call) */
   char algorithm[32]; /* the schedule that runs (or would, when the path is not "schedule") */
   char source[16];    /* "model", "tuning", or "rule" (LOOM_PLANNER=0) */
   double predictedUs; /* the model's time for that algorithm; < 0: not priced */

@@ -87,6 +87,23 @@ const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
                        "map (threads of one process, or loomMemAlloc memory) run in one pass: "
                        "each rank reduces its slice from its peers' buffers and writes the result "
                        "into every peer's output; 0: through the transport"};
+const Param kPlanner{
+    "LOOM_PLANNER", ParamType::kBool, "1",
+    "Choose each collective's algorithm with the cost model (and LOOM_TUNING_FILE); "
+    "0: the fixed size rules (direct on one host, rd for small AllReduce, else the "
+    "first registered)"};
+const Param kTuningFile{
+    "LOOM_TUNING_FILE", ParamType::kString, "",
+    "Measured algorithm choices (written by loom-perf --tune) that override the "
+    "cost model where they cover a call; a file for another rank layout is "
+    "ignored with a warning"};
+const Param kModelNetMbps{"LOOM_MODEL_NET_MBPS", ParamType::kInt, "0",
+                          "Network bandwidth per host (Mbit/s) the cost model assumes; 0: the "
+                          "ports' speed from the topology (10 Gbit/s when unknown)"};
+const Param kModelNetLatUs{"LOOM_MODEL_NET_LAT_US", ParamType::kInt, "30",
+                           "Per-message latency (us) of the network in the cost model"};
+const Param kModelShmLatUs{"LOOM_MODEL_SHM_LAT_US", ParamType::kInt, "2",
+                           "Per-message latency (us) of shared memory in the cost model"};
 const Param kAlgo{"LOOM_ALGO", ParamType::kString, "",
                   "Algorithms allowed, NCCL_ALGO grammar: 'ring,rd', '^direct', or per collective "
                   "'allreduce:ring,rd;allgather:ring'"};
@@ -104,7 +121,9 @@ const Param* const kAll[] = {
     &kSocketNsocks,   &kSocketNthreads, &kSocketMinSplit, &kChunkSize,
     &kAllReduceRdMax, &kMaxInflight,    &kSpinUs,         &kShmDisable,
     &kShmSingleCopy,  &kShmSlotSize,    &kShmSlots,       &kShmRtsMin,
-    &kShmLlMax,       &kShmDirectMax,   &kShmMapped,      &kAlgo};
+    &kShmLlMax,       &kShmDirectMax,   &kShmMapped,      &kAlgo,
+    &kRingChannels,   &kPlanner,        &kTuningFile,     &kModelNetMbps,
+    &kModelNetLatUs,  &kModelShmLatUs};
 }  // namespace params
 
 namespace {

@@ -80,6 +80,11 @@ extern const Param kShmRtsMin;
 extern const Param kShmLlMax;
 extern const Param kShmDirectMax;
 extern const Param kShmMapped;
+extern const Param kPlanner;
+extern const Param kTuningFile;
+extern const Param kModelNetMbps;
+extern const Param kModelNetLatUs;
+extern const Param kModelShmLatUs;
 extern const Param kTopoDumpFile;
 }  // namespace params
 

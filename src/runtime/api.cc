@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/algo_filter.h"
 #include "loom/loom.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/dtype.h"
@@ -20,6 +21,7 @@
 #include "src/runtime/comm.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/low_latency.h"
+#include "src/runtime/shared_direct.h"
 #include "transports/shm/shared_alloc.h"
 
 struct loomComm {
@@ -268,6 +270,67 @@ loomResult_t loomGetVersion(int* version) {
   return guarded("loomGetVersion", [&] {
     if (!version) return LOOM_ERROR(kInvalidArgument, "version is NULL");
     *version = LOOM_VERSION_CODE;
+    return Status();
+  });
+}
+
+loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t count,
+                              loomDataType_t datatype, int root, int inPlace,
+                              loomPlanInfo_t* info) {
+  return guarded("loomCommPlanInfo", [&]() -> Status {
+    LOOM_TRY(checkComm(comm));
+    if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
+    std::memset(info, 0, sizeof(*info));
+    static const CollKind kinds[] = {CollKind::kAllReduce,     CollKind::kBroadcast,
+                                     CollKind::kReduce,        CollKind::kAllGather,
+                                     CollKind::kReduceScatter, CollKind::kAllToAll};
+    int c = enumBits(coll), dt = enumBits(datatype);
+    if (c < 0 || c > 5)
+      return LOOM_ERROR(kInvalidArgument, "unknown collective {} (valid: 0..5)", c);
+    if (!validDataType(dt))
+      return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", dt,
+                        static_cast<int>(loomNumTypes) - 1);
+    Comm* cm = comm->impl.get();
+    if (root < 0 || root >= cm->nranks())
+      return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root,
+                        cm->nranks());
+    OpArgs op;
+    op.coll = kinds[c];
+    op.count = count;
+    op.dtype = static_cast<loomDataType_t>(dt);
+    op.rawDtype = dt;
+    op.root = root;
+    op.inPlace = inPlace != 0;
+    auto copyName = [](char* dst, size_t n, const std::string& s) {
+      std::snprintf(dst, n, "%s", s.c_str());
+    };
+    copyName(info->path, sizeof(info->path),
+             lowLatencyEligible(*cm, op) ? "low-latency" : "schedule");
+    LOOM_ASSIGN(std::string algo, chooseAlgorithm(*cm, op));
+    copyName(info->algorithm, sizeof(info->algorithm), algo);
+    copyName(info->source, sizeof(info->source), "rule");
+    info->predictedUs = -1;
+    if (params::kPlanner.asBool() && cm->planner() && cm->nranks() > 1) {
+      CollArgs a;
+      a.coll = op.coll;
+      a.nranks = cm->nranks();
+      a.count = count;
+      a.root = root;
+      a.inPlace = op.inPlace;
+      LOOM_ASSIGN(AlgoFilter filter, AlgoFilter::parse(params::kAlgo.str()));
+      LOOM_ASSIGN(Plan plan, cm->planFor(a, dataTypeSize(op.dtype), filter));
+      copyName(info->source, sizeof(info->source), plan.source);
+      info->predictedUs = plan.predictedSec < 0 ? -1 : plan.predictedSec * 1e6;
+      for (const PlanCandidate& pc : plan.candidates) {
+        if (info->nCandidates >= LOOM_PLAN_MAX_CANDIDATES) break;
+        loomPlanCandidate_t& out = info->candidates[info->nCandidates++];
+        copyName(out.name, sizeof(out.name), pc.algorithm);
+        out.predictedUs = pc.seconds < 0 ? -1 : pc.seconds * 1e6;
+        out.allowed = pc.allowed ? 1 : 0;
+      }
+    }
+    if (std::string(info->path) == "schedule" && algo == "direct" && sharedDirectEligible(*cm, op))
+      copyName(info->path, sizeof(info->path), "schedule/mapped");
     return Status();
   });
 }

@@ -11,6 +11,7 @@
 
 #include "algorithms/algo_filter.h"
 #include "algorithms/schedule.h"
+#include "algorithms/tuning.h"
 #include "src/core/clock.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
@@ -240,6 +241,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   c->computeLocality();
   LOOM_TRY(c->buildSystem());
   LOOM_TRY(c->initShm());
+  LOOM_TRY(c->buildPlanner());
   int local = c->localRanks_;
   net::Properties props;
   (void)c->net_->getProperties(0, &props);
@@ -318,6 +320,7 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
   nc->computeLocality();
   LOOM_TRY(nc->buildSystem());
   LOOM_TRY(nc->initShm());
+  LOOM_TRY(nc->buildPlanner());
   LOOM_INFO(kSubInit, "split color {} key {}: rank {} of {} (was rank {} of {})", color, key,
             newRank, nc->nranks_, rank_, nranks_);
   return nc;
@@ -347,6 +350,101 @@ std::string Comm::deadPeers() const {
   }
   return dead.empty() ? dead
                       : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
+}
+
+// The machine the planner prices schedules on. Every input is the same on every rank: hosts and
+// ports from the exchanged topology, kernel speeds and CPU counts as rank 0 and each host's first
+// rank measured them, and parameters (which every rank must set alike, as with NCCL).
+Status Comm::buildPlanner() {
+  CostMachine m;
+  m.hostOf = system_.hostOf;
+  const double memcpyBps = peers_[0].memcpyMBps ? peers_[0].memcpyMBps * 1e6 : 5e9;
+  const double reduceBps = peers_[0].reduceMBps ? peers_[0].reduceMBps * 1e6 : 4e9;
+  // More ranks than cores on a host: they share the cores, and so each rank's memory bandwidth.
+  double share = 1;
+  for (const auto& h : system_.hosts) {
+    uint32_t cores = peers_[h.ranks.front()].cores;
+    if (cores > 0 && h.ranks.size() > cores)
+      share = std::min(share, static_cast<double>(cores) / static_cast<double>(h.ranks.size()));
+  }
+  m.memBytesPerSec = memcpyBps * share;
+  m.copyBytesPerSec = memcpyBps * share;
+  m.reduceBytesPerSec = reduceBps * share;
+  double netBps = 0;
+  if (params::kModelNetMbps.asInt() > 0) {
+    netBps = static_cast<double>(params::kModelNetMbps.asInt()) * 1e6 / 8;
+  } else {
+    for (int a = 0; a < nranks_; ++a)
+      for (int b = 0; b < nranks_; ++b) {
+        if (system_.sameHost(a, b)) continue;
+        double bw = system_.rankPath(a, b).bw * 1e9;
+        if (bw > 0 && (netBps == 0 || bw < netBps)) netBps = bw;
+      }
+    if (netBps == 0) netBps = 10e9 / 8;  // NCCL's default for a port of unknown speed
+  }
+  const double netAlpha = static_cast<double>(params::kModelNetLatUs.asInt()) * 1e-6;
+  m.inter = LinkCost{netAlpha, netBps};
+  m.nicBytesPerSec = netBps;
+  if (shm_) {
+    m.intra =
+        LinkCost{static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6, memcpyBps * share};
+    m.fuseIntraRecvReduce = true;
+  } else {
+    m.intra = LinkCost{netAlpha, netBps};  // ranks of one host over sockets
+  }
+  size_t piece = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
+  planner_ = std::make_unique<Planner>(std::move(m), rankLayout_, piece);
+  if (params::kTuningFile.isSet() && !params::kTuningFile.str().empty()) {
+    Result<TuningFile> t = loadTuning(params::kTuningFile.str());
+    std::vector<int> perHost;
+    for (const auto& h : system_.hosts) perHost.push_back(static_cast<int>(h.ranks.size()));
+    if (!t.isOk()) {
+      LOOM_WARN("{}: ignored", t.status().message());
+    } else if (t.value().nranks != nranks_ || t.value().ranksPerHost != perHost) {
+      LOOM_WARN("tuning file {} was measured on {}, not on this communicator's {}: ignored",
+                params::kTuningFile.str(), describeLayout(t.value().nranks, t.value().ranksPerHost),
+                describeLayout(nranks_, perHost));
+    } else {
+      planner_->setTuning(t.value().entries);
+      if (rank_ == 0)
+        LOOM_INFO(kSubPlan, "tuning file {}: {} entries for {}", params::kTuningFile.str(),
+                  t.value().entries.size(), describeLayout(nranks_, perHost));
+    }
+  }
+  if (rank_ == 0)
+    LOOM_INFO(kSubPlan,
+              "cost model: shared memory {:.1f} GB/s, {:.0f} us; network {:.2f} GB/s, {:.0f} us; "
+              "reduce {:.1f} GB/s; core share {:.2f}",
+              planner_->machine().intra.bytesPerSec / 1e9, planner_->machine().intra.alphaSec * 1e6,
+              netBps / 1e9, netAlpha * 1e6, planner_->machine().reduceBytesPerSec / 1e9, share);
+  return Status();
+}
+
+Result<Plan> Comm::planFor(const CollArgs& args, size_t elemSize, const AlgoFilter& filter) {
+  std::string key = fmt::format("{}/{}/{}/{}/{}/{}", static_cast<int>(args.coll), args.count,
+                                elemSize, args.root, args.inPlace ? 1 : 0, filter.spec());
+  {
+    std::lock_guard<std::mutex> lk(planMu_);
+    auto it = planChoices_.find(key);
+    if (it != planChoices_.end()) return it->second;
+  }
+  LOOM_ASSIGN(Plan plan, planner_->choose(args, elemSize, filter));
+  if (rank_ == 0 && logEnabled(LogLevel::kInfo, kSubPlan)) {
+    std::string others;
+    for (const PlanCandidate& c : plan.candidates) {
+      if (!c.allowed)
+        others += fmt::format(" {} (excluded)", c.algorithm);
+      else if (c.seconds >= 0)
+        others += fmt::format(" {} {:.1f}", c.algorithm, c.seconds * 1e6);
+    }
+    LOOM_INFO(kSubPlan, "{} count {} x {} B{}: {} by {}, predicted {:.1f} us; candidates (us):{}",
+              collName(args.coll), args.count, elemSize, args.inPlace ? " in place" : "",
+              plan.algorithm, plan.source, plan.predictedSec * 1e6, others);
+  }
+  std::lock_guard<std::mutex> lk(planMu_);
+  if (planChoices_.size() > 4096) planChoices_.clear();
+  planChoices_.emplace(key, plan);
+  return plan;
 }
 
 Status Comm::initShm() {

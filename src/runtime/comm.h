@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/planner.h"
 #include "loom/loom.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/status.h"
@@ -90,6 +91,11 @@ class Comm {
   // init, bounded by the buffers; 0 without shared memory.
   size_t llMax() const { return llMax_; }
   PlanCache& plans() { return *plans_; }
+  // The cost-model planner of this communicator (built at init from the exchanged topology and
+  // rank 0's kernel speeds: the same on every rank).
+  const Planner* planner() const { return planner_.get(); }
+  // The planner's choice for op under filter, computed once per call shape and logged (PLAN).
+  Result<Plan> planFor(const CollArgs& args, size_t elemSize, const AlgoFilter& filter);
 
   // Nonblocking connection setup, driven by the executor. Returns the transport comm once the
   // connection is usable, nullptr while it is being established.
@@ -156,6 +162,10 @@ class Comm {
   };
   std::vector<std::unique_ptr<Pending>> pendingAccepts_;  // accepted, hello not yet read
   std::unique_ptr<PlanCache> plans_;
+  std::unique_ptr<Planner> planner_;
+  std::mutex planMu_;
+  std::map<std::string, Plan> planChoices_;  // by call shape and LOOM_ALGO
+  Status buildPlanner();
   std::atomic<bool> abort_{false};
   mutable std::mutex errMu_;
   Status error_;

@@ -74,9 +74,8 @@ static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
   return a ? a->name : "";
 }
 
-// The default choice, restricted by LOOM_ALGO (parsed once per distinct value).
-Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal) {
-  if (op.coll == CollKind::kSendRecv) return std::string("p2p");
+// LOOM_ALGO, parsed once per distinct value.
+static Result<std::shared_ptr<const AlgoFilter>> currentFilter() {
   static std::mutex mu;
   static std::string lastSpec;
   static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
@@ -91,7 +90,22 @@ Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal)
     }
     f = filter;
   }
-  return f->choose(op.coll, defaultChoice(op, nranks, allLocal));
+  return f;
+}
+
+Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op) {
+  if (op.coll == CollKind::kSendRecv) return std::string("p2p");
+  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentFilter());
+  if (!params::kPlanner.asBool() || !comm.planner() || comm.nranks() < 2)
+    return f->choose(op.coll, defaultChoice(op, comm.nranks(), comm.allLocal()));
+  CollArgs a;
+  a.coll = op.coll;
+  a.nranks = comm.nranks();
+  a.count = op.count;
+  a.root = op.root;
+  a.inPlace = op.inPlace;
+  LOOM_ASSIGN(Plan plan, comm.planFor(a, dataTypeSize(op.dtype), *f));
+  return plan.algorithm;
 }
 
 namespace {
@@ -313,9 +327,9 @@ class Executor {
       r.args = ops_[i].args;
       r.elemSize = dataTypeSize(r.args.dtype);
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
-      LOOM_ASSIGN(r.plan,
-                  r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
-                                      r.comm->rankLayout(), r.comm->allLocal(), pieceBytes));
+      LOOM_ASSIGN(std::string algo, chooseAlgorithm(*r.comm, r.args));
+      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
+                                              r.comm->rankLayout(), algo, pieceBytes));
       r.tag = opTag(r.args, r.plan->algorithm, layoutHash(r.plan->args));
     }
     for (auto& r : runs_) {
@@ -614,10 +628,9 @@ class Executor {
 
 Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(
     const OpArgs& op, int rank, int nranks, const std::shared_ptr<const RankLayout>& layout,
-    bool allLocal, size_t pieceBytes) {
+    const std::string& algo, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  LOOM_ASSIGN(std::string algo, chooseAlgorithm(op, nranks, allLocal));
   std::string key = planKey(op, pieceElems, algo, layout.get());
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -63,7 +63,7 @@ class PlanCache {
   // allLocal: every rank shares this host's shared memory (Comm::allLocal).
   Result<std::shared_ptr<const LoweredPlan>> get(const OpArgs& op, int rank, int nranks,
                                                  const std::shared_ptr<const RankLayout>& layout,
-                                                 bool allLocal, size_t pieceBytes);
+                                                 const std::string& algorithm, size_t pieceBytes);
 
  private:
   std::mutex mu_;
@@ -71,10 +71,10 @@ class PlanCache {
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
-// The algorithm for op: the planner's choice (until it exists, a size rule), restricted by
-// LOOM_ALGO. Every rank derives the same from the same arguments and parameters. allLocal: every
-// rank shares this host's shared memory.
-Result<std::string> chooseAlgorithm(const OpArgs& op, int nranks, bool allLocal);
+// The algorithm for op on comm: the planner's choice among what LOOM_ALGO allows (with
+// LOOM_PLANNER=0, a fixed size rule). Every rank derives the same from the same arguments, the
+// exchanged topology and parameters.
+Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op);
 
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);

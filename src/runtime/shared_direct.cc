@@ -70,7 +70,7 @@ uint64_t roundSignature(const OpArgs& op, uint64_t round) {
 
 }  // namespace
 
-bool sharedDirectEligible(const Comm& comm, const OpArgs& op) {
+bool sharedDirectEligible(Comm& comm, const OpArgs& op) {
   if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return false;
   if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return false;
   // In place, an AllToAll's blocks would be overwritten before their owner sent them.
@@ -78,7 +78,7 @@ bool sharedDirectEligible(const Comm& comm, const OpArgs& op) {
   if (comm.shm()->options().llBytes < sizeof(Record)) return false;
   // Only where the planner would run the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX
   // apply): a forced ring stays a ring.
-  Result<std::string> algo = chooseAlgorithm(op, comm.nranks(), true);
+  Result<std::string> algo = chooseAlgorithm(comm, op);
   return algo.isOk() && algo.value() == "direct";
 }
 

@@ -18,7 +18,7 @@ class Comm;
 
 // True when op may try this path: every rank decides the same from the same arguments and
 // parameters (the buffers are checked by runSharedDirect, which all ranks run together).
-bool sharedDirectEligible(const Comm& comm, const OpArgs& op);
+bool sharedDirectEligible(Comm& comm, const OpArgs& op);
 
 // Runs op on this path when every rank's buffers can be mapped by its peers; *ran says whether it
 // did (false: nothing happened on any rank; the caller runs op through the executor). On failure

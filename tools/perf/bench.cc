@@ -125,6 +125,7 @@ class Bench {
     }
     std::vector<loomRedOp_t> ops = opts_.ops;
     if (!info.hasOp) ops = {loomSum};  // printed as "none"
+    if (opts_.plan) return printPlan(roots);
 
     // Allocated like nccl-tests: maxbytes each; every size fits, with room to rotate offsets.
     bufferBytes_ = opts_.maxBytes;
@@ -145,6 +146,54 @@ class Bench {
     double avg = busBwCount_ ? busBwSum_ / busBwCount_ : 0;
     print(formatFooter(totalWrong_, avg));
     avgBusBw_ = avg;
+    return Status::ok();
+  }
+
+  // --plan: what the planner chooses for each size of the sweep, from rank 0; nothing runs.
+  Status printPlan(const std::vector<int>& roots) {
+    if (ctx_.rank != 0) return Status::ok();
+    static const std::pair<CollKind, loomCollective_t> kMap[] = {
+        {CollKind::kAllReduce, loomCollAllReduce},
+        {CollKind::kAllGather, loomCollAllGather},
+        {CollKind::kReduceScatter, loomCollReduceScatter},
+        {CollKind::kBroadcast, loomCollBroadcast},
+        {CollKind::kReduce, loomCollReduce},
+        {CollKind::kAllToAll, loomCollAllToAll}};
+    const loomCollective_t* coll = nullptr;
+    for (const auto& m : kMap)
+      if (m.first == opts_.coll) coll = &m.second;
+    if (!coll) {
+      usageError_ = true;
+      return Status(Code::kInvalidArgument, "--plan: sendrecv is point to point (no algorithm)");
+    }
+    std::string out = fmt::format("# loom-perf --plan: {} on {} ranks (nothing is run)\n#\n",
+                                  collName(opts_.coll), ctx_.nranks);
+    out += fmt::format("# {:>12} {:>12} {:>8} {:>5} {:>16} {:>9} {:>7} {:>13}  {}\n", "size",
+                       "count", "type", "root", "path", "algorithm", "source", "predicted(us)",
+                       "candidates: predicted us (x: excluded by LOOM_ALGO)");
+    for (loomDataType_t type : opts_.types) {
+      size_t el = dataTypeSize(type);
+      for (int root : roots) {
+        for (size_t bytes : sweepSizes(opts_)) {
+          CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+          loomPlanInfo_t pi;
+          LOOM_TRY(loomCall(
+              loomCommPlanInfo(ctx_.comm, *coll, c.paramCount, type, root < 0 ? 0 : root, 0, &pi),
+              "loomCommPlanInfo"));
+          std::string cands;
+          for (int i = 0; i < pi.nCandidates; ++i) {
+            const loomPlanCandidate_t& k = pi.candidates[i];
+            cands += k.allowed ? fmt::format(" {} {:.1f}", k.name, k.predictedUs)
+                               : fmt::format(" {} x", k.name);
+          }
+          out +=
+              fmt::format("  {:>12} {:>12} {:>8} {:>5} {:>16} {:>9} {:>7} {:>13.1f} {}\n",
+                          std::max(c.sendCount, c.recvCount) * el, c.paramCount, dataTypeName(type),
+                          root, pi.path, pi.algorithm, pi.source, pi.predictedUs, cands);
+        }
+      }
+    }
+    print(out);
     return Status::ok();
   }
 

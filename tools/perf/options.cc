@@ -185,6 +185,9 @@ int parseOptions(int argc, char** argv, Options* opts) {
   CLI::Option* npOpt =
       app.add_option("--np", opts->np, "Spawn this many local ranks (also written -np N)");
   app.add_flag("--params", opts->printParams, "Print every LOOM_* parameter and exit");
+  app.add_flag("--plan", opts->plan,
+               "Print, for each size of the sweep, the path, algorithm and predicted time the "
+               "planner chooses (and every candidate's), without running anything");
   app.footer(
       "Without -np, ranks come from mpirun (OMPI_COMM_WORLD_*), torchrun (WORLD_SIZE), or srun "
       "with LOOM_COMM_ID; otherwise one rank runs.");

@@ -50,6 +50,7 @@ struct Options {
   // Loom additions.
   int np = 0;  // > 0: spawn that many local ranks
   bool printParams = false;
+  bool plan = false;  // --plan: print the planner's choices for the sweep instead of running it
 };
 
 // Parses argv into *opts. Returns -1 when the program should run, otherwise the exit code

@@ -1,0 +1,76 @@
+#include "algorithms/planner.h"
+
+#include <algorithm>
+
+namespace loom {
+
+namespace {
+
+// Bytes one rank contributes or receives, the size tuning entries and logs speak of (nccl-tests'
+// "size" column: the whole buffer for AllGather / ReduceScatter / AllToAll).
+size_t callBytes(const CollArgs& a, size_t elemSize) {
+  size_t n = static_cast<size_t>(std::max(1, a.nranks));
+  switch (a.coll) {
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+      return a.count * elemSize * n;
+    default:
+      return a.count * elemSize;
+  }
+}
+
+// At most this many pieces per step are simulated: beyond it pipelining changes the prediction
+// little and pricing time grows with the piece count.
+constexpr size_t kMaxPricedPiecesPerStep = 32;
+
+}  // namespace
+
+Planner::Planner(CostMachine machine, std::shared_ptr<const RankLayout> layout, size_t pieceBytes)
+    : machine_(std::move(machine)), layout_(std::move(layout)), pieceBytes_(pieceBytes) {}
+
+Result<Plan> Planner::choose(CollArgs args, size_t elemSize, const AlgoFilter& filter) const {
+  args.layout = layout_;
+  Plan plan;
+  const size_t bytes = callBytes(args, elemSize);
+  size_t pricePiece = std::max(pieceBytes_, bytes / kMaxPricedPiecesPerStep);
+  double best = -1;
+  for (const AlgorithmInfo& a : algorithms()) {
+    if (a.coll != args.coll) continue;
+    PlanCandidate c;
+    c.algorithm = a.name;
+    c.allowed = filter.allows(args.coll, a.name);
+    c.seconds = -1;
+    if (c.allowed) {
+      Schedule s = buildSchedule(a, args);
+      Result<CostEstimate> e = estimateCost(s, machine_, elemSize, pricePiece);
+      if (e.isOk()) c.seconds = e.value().seconds;
+      if (c.seconds >= 0 && (best < 0 || c.seconds < best)) {
+        best = c.seconds;
+        plan.algorithm = c.algorithm;
+        plan.predictedSec = c.seconds;
+      }
+    }
+    plan.candidates.push_back(std::move(c));
+  }
+  if (plan.candidates.empty())
+    return LOOM_ERROR(kInternal, "no algorithm is registered for {}", collName(args.coll));
+  if (plan.algorithm.empty()) {
+    // Nothing allowed could be priced: the filter's own choice (or its error naming the valid
+    // algorithms).
+    LOOM_ASSIGN(plan.algorithm, filter.choose(args.coll, plan.candidates.front().algorithm));
+    plan.predictedSec = -1;
+  }
+  for (const TuningEntry& t : tuning_) {
+    if (t.coll != args.coll || bytes < t.minBytes || bytes > t.maxBytes) continue;
+    if (!filter.allows(args.coll, t.algorithm) || !findAlgorithm(args.coll, t.algorithm)) continue;
+    plan.algorithm = t.algorithm;
+    plan.source = "tuning";
+    for (const PlanCandidate& c : plan.candidates)
+      if (c.algorithm == t.algorithm) plan.predictedSec = c.seconds;
+    break;
+  }
+  return plan;
+}
+
+}  // namespace loom
