@@ -6,6 +6,7 @@
 // All transfers use channel 0 (the shared-memory transport serves local peers on channel 0 only):
 // intra-host and inter-host phases never pair the same two ranks, and where one pair exchanges
 // several messages in a phase both sides list them in the same order (ascending slice or rank).
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,10 @@
 
 namespace loom {
 namespace {
+
+// hierAllReduce's pipelining: at most this many parts, each of at least this many elements.
+constexpr size_t kHierParts = 8;
+constexpr size_t kHierMinPartElems = 32 << 10;
 
 // One rank's view of the layout.
 struct HostView {
@@ -73,6 +78,10 @@ struct HostView {
 // 3. Inside each host, a ring allgather of the l blocks.
 // Every element is summed over the ranks of each host once (phase 1) and over the hosts once (phase
 // 2). A rank on a host of l ranks sends about 2 (H-1)/H count/S elements to other hosts.
+// Large buffers are cut into up to kHierParts parts, each run through the three phases; all parts'
+// phase 1 steps come first, then all phase 2, then all phase 3, so that (as every queue of one
+// peer is in order) part p's network phase overlaps part p+1's reduce-scatter and part p-1's
+// allgather instead of waiting behind them.
 RankSchedule hierAllReduce(const CollArgs& args, int rank) {
   StepList b;
   if (buildTrivial(args, b)) return b.finish();
@@ -81,50 +90,78 @@ RankSchedule hierAllReduce(const CollArgs& args, int rank) {
   const int l = v.localSize;
   const int j = v.localIndex;
   const int H = v.nhosts;
-  auto slice = [&](int s) { return evenBlock(args.count, S, s); };
-  auto forBlock = [&](long long blk, auto&& f) {
-    for (int s = modRank(blk, l); s < S; s += l) f(slice(s));
-  };
-  if (l > 1) {
-    const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
-    for (int t = 0; t < l - 1; ++t) {
-      forBlock(j - t - 1, [&](Block sl) {
-        b.send(next, t == 0 ? inputAt(sl.offset) : outputAt(sl.offset), sl.count);
-      });
-      forBlock(j - t - 2, [&](Block sl) {
-        b.recvReduce(prev, inputAt(sl.offset), outputAt(sl.offset), sl.count);
-      });
-    }
-  }
-  if (H > 1) {
-    auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
-    for (int s = j; s < S; s += l) {
-      const Block sl = slice(s);
-      const int next = v.rankOn(v.host + 1, s), prev = v.rankOn(v.host - 1, s);
-      auto sub = [&](long long k) {
-        Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
-        blk.offset += sl.offset;
-        return blk;
-      };
-      for (int t = 0; t < H - 1; ++t) {
-        const Block sb = sub(-t);
-        b.send(next, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
-        const Block rb = sub(-t - 1);
-        b.recvReduce(prev, src(rb.offset), outputAt(rb.offset), rb.count);
-      }
-      for (int t = 0; t < H - 1; ++t) {
-        const Block sb = sub(1 - t);
-        b.send(next, outputAt(sb.offset), sb.count);
-        const Block rb = sub(-t);
-        b.recv(prev, outputAt(rb.offset), rb.count);
+  const int parts = static_cast<int>(
+      std::min<size_t>(kHierParts, std::max<size_t>(1, args.count / kHierMinPartElems)));
+  for (int p = 0; p < parts; ++p) {
+    const Block part = evenBlock(args.count, parts, p);
+    auto slice = [&](int s) {
+      Block sl = evenBlock(part.count, S, s);
+      sl.offset += part.offset;
+      return sl;
+    };
+    auto forBlock = [&](long long blk, auto&& f) {
+      for (int s = modRank(blk, l); s < S; s += l) f(slice(s));
+    };
+    if (l > 1) {
+      const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
+      for (int t = 0; t < l - 1; ++t) {
+        forBlock(j - t - 1, [&](Block sl) {
+          b.send(next, t == 0 ? inputAt(sl.offset) : outputAt(sl.offset), sl.count);
+        });
+        forBlock(j - t - 2, [&](Block sl) {
+          b.recvReduce(prev, inputAt(sl.offset), outputAt(sl.offset), sl.count);
+        });
       }
     }
   }
-  if (l > 1) {
-    const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
-    for (int t = 0; t < l - 1; ++t) {
-      forBlock(j - t, [&](Block sl) { b.send(next, outputAt(sl.offset), sl.count); });
-      forBlock(j - t - 1, [&](Block sl) { b.recv(prev, outputAt(sl.offset), sl.count); });
+  for (int p = 0; p < parts; ++p) {
+    const Block part = evenBlock(args.count, parts, p);
+    auto slice = [&](int s) {
+      Block sl = evenBlock(part.count, S, s);
+      sl.offset += part.offset;
+      return sl;
+    };
+    if (H > 1) {
+      auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
+      for (int s = j; s < S; s += l) {
+        const Block sl = slice(s);
+        const int next = v.rankOn(v.host + 1, s), prev = v.rankOn(v.host - 1, s);
+        auto sub = [&](long long k) {
+          Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
+          blk.offset += sl.offset;
+          return blk;
+        };
+        for (int t = 0; t < H - 1; ++t) {
+          const Block sb = sub(-t);
+          b.send(next, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
+          const Block rb = sub(-t - 1);
+          b.recvReduce(prev, src(rb.offset), outputAt(rb.offset), rb.count);
+        }
+        for (int t = 0; t < H - 1; ++t) {
+          const Block sb = sub(1 - t);
+          b.send(next, outputAt(sb.offset), sb.count);
+          const Block rb = sub(-t);
+          b.recv(prev, outputAt(rb.offset), rb.count);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < parts; ++p) {
+    const Block part = evenBlock(args.count, parts, p);
+    auto slice = [&](int s) {
+      Block sl = evenBlock(part.count, S, s);
+      sl.offset += part.offset;
+      return sl;
+    };
+    auto forBlock = [&](long long blk, auto&& f) {
+      for (int s = modRank(blk, l); s < S; s += l) f(slice(s));
+    };
+    if (l > 1) {
+      const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
+      for (int t = 0; t < l - 1; ++t) {
+        forBlock(j - t, [&](Block sl) { b.send(next, outputAt(sl.offset), sl.count); });
+        forBlock(j - t - 1, [&](Block sl) { b.recv(prev, outputAt(sl.offset), sl.count); });
+      }
     }
   }
   return b.finish();

@@ -28,8 +28,9 @@ size_t treeAllReduceChunks(size_t count) {
   return std::max<size_t>(1, std::min(k, kTreeMaxChunks));
 }
 
-// Chunk j of tree t covers the elements evenBlock(half t, chunks, j) and travels on channel t
-// (the two trees may link the same pair of ranks). Up phase, per chunk and tree: an interior rank
+// Chunk j of tree t covers the elements evenBlock(half t, chunks, j). Both trees use channel 0
+// (the shared-memory transport carries channel 0 only): where they link the same pair of ranks,
+// both sides list the pair's messages in the same (chunk, tree) order, which the verifier checks. Up phase, per chunk and tree: an interior rank
 // reduces its children's partial sums with its input into its output (the output is every rank's
 // to write, so no scratch is needed, in place or not) and sends the sum to its parent; a leaf sends
 // its input. Down phase: the root's output holds the result; every other rank receives the chunk
@@ -57,11 +58,11 @@ RankSchedule treeAllReduceChunked(const CollArgs& args, int rank, size_t chunks)
       for (int child : l.child) {
         if (child < 0) continue;
         b.recvReduce(child, reduced ? outputAt(blk.offset) : inputAt(blk.offset),
-                     outputAt(blk.offset), blk.count, t);
+                     outputAt(blk.offset), blk.count);
         reduced = true;
       }
       if (l.parent >= 0) {
-        b.send(l.parent, reduced ? outputAt(blk.offset) : inputAt(blk.offset), blk.count, t);
+        b.send(l.parent, reduced ? outputAt(blk.offset) : inputAt(blk.offset), blk.count);
       }
     }
   }
@@ -69,9 +70,9 @@ RankSchedule treeAllReduceChunked(const CollArgs& args, int rank, size_t chunks)
     for (int t = 0; t < 2; ++t) {
       const TreeLinks& l = links[t];
       const Block blk = chunk(t, j);
-      if (l.parent >= 0) b.recv(l.parent, outputAt(blk.offset), blk.count, t);
+      if (l.parent >= 0) b.recv(l.parent, outputAt(blk.offset), blk.count);
       for (int child : l.child) {
-        if (child >= 0) b.send(child, outputAt(blk.offset), blk.count, t);
+        if (child >= 0) b.send(child, outputAt(blk.offset), blk.count);
       }
     }
   }

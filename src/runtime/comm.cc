@@ -385,7 +385,11 @@ Status Comm::buildPlanner() {
   const double netAlpha = static_cast<double>(params::kModelNetLatUs.asInt()) * 1e-6;
   m.inter = LinkCost{netAlpha, netBps};
   m.nicBytesPerSec = netBps;
-  if (shm_) {
+  // Whether ranks of a host share memory must be decided alike on every rank (a rank alone on its
+  // host has no shared memory of its own, yet prices the other hosts' links): the parameter, not
+  // this rank's transport. A host whose shared memory failed to set up runs over sockets while
+  // priced as shared memory.
+  if (!params::kShmDisable.asBool()) {
     m.intra =
         LinkCost{static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6, memcpyBps * share};
     m.fuseIntraRecvReduce = true;
