@@ -18,7 +18,7 @@ namespace loom {
 namespace {
 
 // hierAllReduce's pipelining: at most this many parts, each of at least this many elements.
-constexpr size_t kHierParts = 8;
+constexpr size_t kHierParts = 16;
 constexpr size_t kHierMinPartElems = 32 << 10;
 
 // One rank's view of the layout.

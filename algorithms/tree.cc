@@ -30,13 +30,14 @@ size_t treeAllReduceChunks(size_t count) {
 
 // Chunk j of tree t covers the elements evenBlock(half t, chunks, j). Both trees use channel 0
 // (the shared-memory transport carries channel 0 only): where they link the same pair of ranks,
-// both sides list the pair's messages in the same (chunk, tree) order, which the verifier checks. Up phase, per chunk and tree: an interior rank
-// reduces its children's partial sums with its input into its output (the output is every rank's
-// to write, so no scratch is needed, in place or not) and sends the sum to its parent; a leaf sends
-// its input. Down phase: the root's output holds the result; every other rank receives the chunk
-// into its output and forwards it to its children. Every rank thus ends with the root's bits.
-// Steps are ordered as NCCL's tree kernel runs them: every chunk up, then every chunk down. The
-// chunks of one phase pipeline: a rank's send of chunk j waits only for its children's chunk j.
+// both sides list the pair's messages in the same (chunk, tree) order, which the verifier checks.
+// Up phase, per chunk and tree: an interior rank reduces its children's partial sums with its input
+// into its output (the output is every rank's to write, so no scratch is needed, in place or not)
+// and sends the sum to its parent; a leaf sends its input. Down phase: the root's output holds the
+// result; every other rank receives the chunk into its output and forwards it to its children.
+// Every rank thus ends with the root's bits. Steps are ordered as NCCL's tree kernel runs them:
+// every chunk up, then every chunk down. The chunks of one phase pipeline: a rank's send of chunk j
+// waits only for its children's chunk j.
 RankSchedule treeAllReduceChunked(const CollArgs& args, int rank, size_t chunks) {
   StepList b;
   if (buildTrivial(args, b)) return b.finish();
