@@ -26,11 +26,14 @@ PY
 LOOM_TUNING_FILE="$out/t.json" "$perf" all_reduce -np 3 -b 256K -e 1M -f 4 --plan >"$out/plan.log" 2>&1 \
   || { cat "$out/plan.log"; fail "loom-perf --plan with the tuning file"; }
 cat "$out/plan.log"
-n=$(grep -c " tuning " "$out/plan.log")
+# Table rows: size count type root path algorithm source predicted candidates...
+rows() { grep -E '^ +[0-9]+ +[0-9]+ ' "$1" | awk '{print $7}'; }
+n=$(rows "$out/plan.log" | grep -c '^tuning$')
 [ "$n" -eq 2 ] || fail "expected 2 sizes decided by the tuning file, got $n"
 LOOM_TUNING_FILE="$out/t.json" "$perf" all_reduce -np 2 -b 256K -e 256K --plan >"$out/other.log" 2>&1 \
   || { cat "$out/other.log"; fail "loom-perf --plan on 2 ranks"; }
 grep -q "measured on 3 ranks, ranks per host 3, not on this communicator's 2 ranks.*ignored" \
   "$out/other.log" || { cat "$out/other.log"; fail "no warning for the other layout"; }
-grep -q " tuning " "$out/other.log" && fail "a tuning file for another layout was used"
+rows "$out/other.log" | grep -q '^tuning$' && fail "a tuning file for another layout was used"
+[ "$(rows "$out/other.log" | grep -c '^model$')" -eq 1 ] || fail "no row decided by the model"
 echo "PASS"
