@@ -92,76 +92,58 @@ RankSchedule hierAllReduce(const CollArgs& args, int rank) {
   const int H = v.nhosts;
   const int parts = static_cast<int>(
       std::min<size_t>(kHierParts, std::max<size_t>(1, args.count / kHierMinPartElems)));
-  for (int p = 0; p < parts; ++p) {
+  // Slice s of part p, and f(slice) for every slice of block blk of this host (s = blk mod l).
+  auto slice = [&](int p, int s) {
     const Block part = evenBlock(args.count, parts, p);
-    auto slice = [&](int s) {
-      Block sl = evenBlock(part.count, S, s);
-      sl.offset += part.offset;
-      return sl;
-    };
-    auto forBlock = [&](long long blk, auto&& f) {
-      for (int s = modRank(blk, l); s < S; s += l) f(slice(s));
-    };
-    if (l > 1) {
-      const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
-      for (int t = 0; t < l - 1; ++t) {
-        forBlock(j - t - 1, [&](Block sl) {
-          b.send(next, t == 0 ? inputAt(sl.offset) : outputAt(sl.offset), sl.count);
-        });
-        forBlock(j - t - 2, [&](Block sl) {
-          b.recvReduce(prev, inputAt(sl.offset), outputAt(sl.offset), sl.count);
-        });
+    Block sl = evenBlock(part.count, S, s);
+    sl.offset += part.offset;
+    return sl;
+  };
+  auto forBlock = [&](int p, long long blk, auto&& f) {
+    for (int s = modRank(blk, l); s < S; s += l) f(slice(p, s));
+  };
+  const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
+  // Phase 1, every part: reduce-scatter inside the host.
+  for (int p = 0; p < parts && l > 1; ++p) {
+    for (int t = 0; t < l - 1; ++t) {
+      forBlock(p, j - t - 1, [&](Block sl) {
+        b.send(next, t == 0 ? inputAt(sl.offset) : outputAt(sl.offset), sl.count);
+      });
+      forBlock(p, j - t - 2, [&](Block sl) {
+        b.recvReduce(prev, inputAt(sl.offset), outputAt(sl.offset), sl.count);
+      });
+    }
+  }
+  // Phase 2, every part: a ring allreduce of each of this rank's slices among its owners.
+  auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
+  for (int p = 0; p < parts && H > 1; ++p) {
+    for (int s = j; s < S; s += l) {
+      const Block sl = slice(p, s);
+      const int up = v.rankOn(v.host + 1, s), down = v.rankOn(v.host - 1, s);
+      auto sub = [&](long long k) {
+        Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
+        blk.offset += sl.offset;
+        return blk;
+      };
+      for (int t = 0; t < H - 1; ++t) {
+        const Block sb = sub(-t);
+        b.send(up, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
+        const Block rb = sub(-t - 1);
+        b.recvReduce(down, src(rb.offset), outputAt(rb.offset), rb.count);
+      }
+      for (int t = 0; t < H - 1; ++t) {
+        const Block sb = sub(1 - t);
+        b.send(up, outputAt(sb.offset), sb.count);
+        const Block rb = sub(-t);
+        b.recv(down, outputAt(rb.offset), rb.count);
       }
     }
   }
-  for (int p = 0; p < parts; ++p) {
-    const Block part = evenBlock(args.count, parts, p);
-    auto slice = [&](int s) {
-      Block sl = evenBlock(part.count, S, s);
-      sl.offset += part.offset;
-      return sl;
-    };
-    if (H > 1) {
-      auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
-      for (int s = j; s < S; s += l) {
-        const Block sl = slice(s);
-        const int next = v.rankOn(v.host + 1, s), prev = v.rankOn(v.host - 1, s);
-        auto sub = [&](long long k) {
-          Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
-          blk.offset += sl.offset;
-          return blk;
-        };
-        for (int t = 0; t < H - 1; ++t) {
-          const Block sb = sub(-t);
-          b.send(next, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
-          const Block rb = sub(-t - 1);
-          b.recvReduce(prev, src(rb.offset), outputAt(rb.offset), rb.count);
-        }
-        for (int t = 0; t < H - 1; ++t) {
-          const Block sb = sub(1 - t);
-          b.send(next, outputAt(sb.offset), sb.count);
-          const Block rb = sub(-t);
-          b.recv(prev, outputAt(rb.offset), rb.count);
-        }
-      }
-    }
-  }
-  for (int p = 0; p < parts; ++p) {
-    const Block part = evenBlock(args.count, parts, p);
-    auto slice = [&](int s) {
-      Block sl = evenBlock(part.count, S, s);
-      sl.offset += part.offset;
-      return sl;
-    };
-    auto forBlock = [&](long long blk, auto&& f) {
-      for (int s = modRank(blk, l); s < S; s += l) f(slice(s));
-    };
-    if (l > 1) {
-      const int next = v.localRank(j + 1), prev = v.localRank(j - 1);
-      for (int t = 0; t < l - 1; ++t) {
-        forBlock(j - t, [&](Block sl) { b.send(next, outputAt(sl.offset), sl.count); });
-        forBlock(j - t - 1, [&](Block sl) { b.recv(prev, outputAt(sl.offset), sl.count); });
-      }
+  // Phase 3, every part: allgather inside the host.
+  for (int p = 0; p < parts && l > 1; ++p) {
+    for (int t = 0; t < l - 1; ++t) {
+      forBlock(p, j - t, [&](Block sl) { b.send(next, outputAt(sl.offset), sl.count); });
+      forBlock(p, j - t - 1, [&](Block sl) { b.recv(prev, outputAt(sl.offset), sl.count); });
     }
   }
   return b.finish();
