@@ -27,6 +27,9 @@ constexpr size_t kPlanCacheSize = 64;
 
 constexpr int kP2pTag = 0x7fff0001;
 
+// How long a rank with both shared-memory and socket requests in flight naps between looks.
+constexpr int64_t kMixedWaitUs = 50;
+
 }  // namespace
 
 uint64_t opSignature(const OpArgs& op) {
@@ -597,8 +600,10 @@ class Executor {
     void* listen = nullptr;
     net::Transport* net = nullptr;
     net::Transport* other = nullptr;
+    shm::Transport* mixedShm = nullptr;
     for (auto& cr : commRuns_) {
       if (cr.finished) continue;
+      if (!mixedShm) mixedShm = cr.comm->shm();
       for (auto& f : cr.inflight) {
         if (f.transport == cr.comm->transport()) {
           net = f.transport;
@@ -614,6 +619,11 @@ class Executor {
     }
     if (other && !net) {
       other->waitActivity(otherReqs.data(), static_cast<int>(otherReqs.size()), nullptr, 2);
+    } else if (net && other && other == mixedShm) {
+      // Both in flight: nap briefly on the shared-memory doorbell (which a peer rings at once),
+      // and look at the sockets again soon. Sleeping in poll() instead would miss shared-memory
+      // arrivals for up to a millisecond, a millisecond per step of a schedule that mixes them.
+      mixedShm->waitActivityUs(kMixedWaitUs);
     } else if (net) {
       net->waitActivity(netReqs.data(), static_cast<int>(netReqs.size()), listen, other ? 1 : 2);
     }

@@ -58,8 +58,9 @@ struct SlotHdr {
 };
 static_assert(sizeof(SlotHdr) == kLine, "slot header is one cache line");
 
-long futexWait(std::atomic<uint32_t>* addr, uint32_t val, int timeoutMs) {
-  timespec ts{timeoutMs / 1000, static_cast<long>(timeoutMs % 1000) * 1000000};
+long futexWait(std::atomic<uint32_t>* addr, uint32_t val, int64_t timeoutUs) {
+  timespec ts{static_cast<time_t>(timeoutUs / 1000000),
+              static_cast<long>(timeoutUs % 1000000) * 1000};
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, val, &ts, nullptr, 0);
 }
 
@@ -682,7 +683,11 @@ bool Transport::anythingReady() {
 }
 
 void Transport::waitActivity(void* const*, int, void*, int timeoutMs) {
-  sleepOnBell(timeoutMs, [this] {
+  waitActivityUs(std::max(1, timeoutMs) * int64_t{1000});
+}
+
+void Transport::waitActivityUs(int64_t timeoutUs) {
+  sleepOnBellUs(timeoutUs, [this] {
     return anythingReady() || (abort_ && abort_->load(std::memory_order_acquire));
   });
 }
@@ -741,12 +746,16 @@ bool Transport::llAllReady(uint64_t seq) {
 }
 
 void Transport::sleepOnBell(int timeoutMs, const std::function<bool()>& ready) {
+  sleepOnBellUs(std::max(1, timeoutMs) * int64_t{1000}, ready);
+}
+
+void Transport::sleepOnBellUs(int64_t timeoutUs, const std::function<bool()>& ready) {
   RankArea* me = area(me_);
   // Registered as a waiter before the last look: a peer that publishes after that look sees us
   // waiting and rings, so the futex wait returns at once (see wake()).
   me->waiters.fetch_add(1, std::memory_order_seq_cst);
   uint32_t v = me->bell.load(std::memory_order_seq_cst);
-  if (!ready()) futexWait(&me->bell, v, std::max(1, timeoutMs));
+  if (!ready()) futexWait(&me->bell, v, std::max<int64_t>(1, timeoutUs));
   me->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 

@@ -139,6 +139,10 @@ class Transport final : public net::Transport {
   Status closeRecv(void* recvComm) override;
   Status closeListen(void* listenComm) override;
   void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs) override;
+  // waitActivity with a finer deadline: the executor naps this long on the doorbell while socket
+  // requests are also in flight (a socket's arrival does not ring the doorbell, so the nap must
+  // be short for it to be noticed soon).
+  void waitActivityUs(int64_t timeoutUs);
 
   struct Request;
   struct SendComm;
@@ -165,6 +169,7 @@ class Transport final : public net::Transport {
   // Sleeps on this rank's doorbell up to timeoutMs unless ready() (checked after registering as
   // a waiter) is already true.
   void sleepOnBell(int timeoutMs, const std::function<bool()>& ready);
+  void sleepOnBellUs(int64_t timeoutUs, const std::function<bool()>& ready);
   bool llAllReady(uint64_t seq);
   bool llOneReady(int local, uint64_t seq);
   Request* newRequest();
