@@ -4,14 +4,11 @@
 #include <cctype>
 #include <set>
 
+#include "src/core/text.h"
+
 namespace loom {
 
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t");
@@ -31,12 +28,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-const CollKind kColls[] = {CollKind::kAllReduce, CollKind::kBroadcast,     CollKind::kReduce,
-                           CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAllToAll};
-
 std::string validCollNames() {
   std::string s;
-  for (CollKind c : kColls) s += (s.empty() ? "" : ", ") + lower(collName(c));
+  for (CollKind c : kCollectives) s += (s.empty() ? "" : ", ") + collSpecName(c);
   return s;
 }
 
@@ -62,15 +56,8 @@ Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
     std::string list = part;
     size_t colon = part.find(':');
     if (colon != std::string::npos) {
-      std::string cname = lower(trim(part.substr(0, colon)));
-      bool found = false;
-      for (CollKind c : kColls) {
-        if (lower(collName(c)) == cname) {
-          r.coll = c;
-          found = true;
-        }
-      }
-      if (!found)
+      std::string cname = asciiLower(trim(part.substr(0, colon)));
+      if (!collFromSpecName(cname, &r.coll))
         return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: unknown collective '{}' (valid: {})",
                           spec, cname, validCollNames());
       r.any = false;
@@ -81,7 +68,7 @@ Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
       list = trim(list.substr(1));
     }
     for (const std::string& name : split(list, ',')) {
-      std::string n = lower(name);
+      std::string n = asciiLower(name);
       if (n.empty())
         return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: empty algorithm name", spec);
       if (!known.count(n))

@@ -6,6 +6,7 @@
 
 #include "algorithms/generators.h"
 #include "src/core/hash.h"
+#include "src/core/text.h"
 
 namespace loom {
 
@@ -27,6 +28,22 @@ const char* collName(CollKind kind) {
       return "SendRecv";
   }
   return "unknown";
+}
+
+const CollKind kCollectives[6] = {CollKind::kAllReduce,     CollKind::kBroadcast,
+                                  CollKind::kReduce,        CollKind::kAllGather,
+                                  CollKind::kReduceScatter, CollKind::kAllToAll};
+
+std::string collSpecName(CollKind kind) { return asciiLower(collName(kind)); }
+
+bool collFromSpecName(const std::string& name, CollKind* out) {
+  const std::string want = asciiLower(name);
+  for (CollKind c : kCollectives)
+    if (collSpecName(c) == want) {
+      *out = c;
+      return true;
+    }
+  return false;
 }
 
 const char* stepKindName(StepKind kind) {

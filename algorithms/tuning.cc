@@ -1,33 +1,12 @@
 #include "algorithms/tuning.h"
 
-#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "src/core/text.h"
+
 namespace loom {
-
-namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-constexpr CollKind kTunable[] = {CollKind::kAllReduce,     CollKind::kBroadcast,
-                                 CollKind::kReduce,        CollKind::kAllGather,
-                                 CollKind::kReduceScatter, CollKind::kAllToAll};
-
-bool collByName(const std::string& name, CollKind* out) {
-  for (CollKind c : kTunable)
-    if (lower(collName(c)) == lower(name)) {
-      *out = c;
-      return true;
-    }
-  return false;
-}
-
-}  // namespace
 
 std::string describeLayout(int nranks, const std::vector<int>& ranksPerHost) {
   std::string s;
@@ -61,12 +40,12 @@ Result<TuningFile> parseTuning(const std::string& text, const std::string& sourc
     for (const json& e : j.at("entries")) {
       TuningEntry t;
       std::string coll = e.at("collective").get<std::string>();
-      if (!collByName(coll, &t.coll))
+      if (!collFromSpecName(coll, &t.coll))
         return LOOM_ERROR(kInvalidArgument, "tuning file {}: entry {}: unknown collective '{}'",
                           source, i, coll);
       t.minBytes = e.at("min_bytes").get<size_t>();
       t.maxBytes = e.at("max_bytes").get<size_t>();
-      t.algorithm = lower(e.at("algorithm").get<std::string>());
+      t.algorithm = asciiLower(e.at("algorithm").get<std::string>());
       t.measuredUs = e.value("measured_us", 0.0);
       if (t.minBytes > t.maxBytes)
         return LOOM_ERROR(kInvalidArgument, "tuning file {}: entry {}: min_bytes {} > max_bytes {}",
@@ -98,7 +77,7 @@ std::string formatTuning(const TuningFile& file) {
   j["layout"] = {{"nranks", file.nranks}, {"ranks_per_host", file.ranksPerHost}};
   j["entries"] = json::array();
   for (const TuningEntry& t : file.entries)
-    j["entries"].push_back({{"collective", lower(collName(t.coll))},
+    j["entries"].push_back({{"collective", collSpecName(t.coll)},
                             {"min_bytes", t.minBytes},
                             {"max_bytes", t.maxBytes},
                             {"algorithm", t.algorithm},

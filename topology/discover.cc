@@ -11,6 +11,7 @@
 
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/core/text.h"
 #include "topology/discover_internal.h"
 #include "topology/xml.h"
 
@@ -92,7 +93,7 @@ Result<std::vector<int>> parseCpumask(const std::string& mask) {
 
 std::string normalizeBusId(const std::string& text) {
   // [domain:]bus:dev.fn with a domain of up to 8 hex digits.
-  std::string s = lowerCase(text);
+  std::string s = asciiLower(text);
   size_t dot = s.rfind('.');
   size_t c2 = s.rfind(':');
   if (dot == std::string::npos || c2 == std::string::npos || c2 > dot) return "";
@@ -118,7 +119,7 @@ std::string pciBusIdOfSysfsPath(const std::string& path) {
     size_t slash = path.find('/', start);
     std::string comp =
         path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (isSysfsBdf(comp)) last = lowerCase(comp);
+    if (isSysfsBdf(comp)) last = asciiLower(comp);
     if (slash == std::string::npos) break;
     start = slash + 1;
   }

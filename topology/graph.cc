@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "src/core/log.h"
+#include "src/core/text.h"
 
 namespace loom::topo {
 
@@ -66,11 +67,6 @@ const std::string* findAttr(const Attrs& attrs, const std::string& name) {
     if (k == name) return &v;
   }
   return nullptr;
-}
-
-std::string lowerCase(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 double pciBandwidth(const std::string& linkSpeed, int width) {
@@ -155,7 +151,7 @@ int Graph::count(NodeType type) const {
 }
 
 int Graph::findByBusId(const std::string& busId) const {
-  auto it = byBusId_.find(lowerCase(busId));
+  auto it = byBusId_.find(asciiLower(busId));
   return it == byBusId_.end() ? -1 : it->second;
 }
 
@@ -229,7 +225,7 @@ Status Graph::buildLinks() {
         if (count <= 0) continue;
         uint32_t tclass = 0;
         bool hasClass = parseHexClass(findAttr(e.attrs, "tclass"), &tclass);
-        std::string tgt = lowerCase(*target);
+        std::string tgt = asciiLower(*target);
         if (tgt == n.busId) {
           // Seen in Azure VM dumps: a GPU's NVLinks "to itself". Nothing to connect.
           LOOM_INFO(kSubTopo, "line {}: NVLink of {} targets itself, ignored", e.line, describe(i));

@@ -143,6 +143,4 @@ double nvlinkBandwidth(int sm);
 double interCpuBandwidth(const std::string& arch, const std::string& vendor, int familyId,
                          int modelId);
 
-std::string lowerCase(std::string s);
-
 }  // namespace loom::topo

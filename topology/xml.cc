@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/core/log.h"
+#include "src/core/text.h"
 
 namespace loom::topo {
 
@@ -170,7 +171,7 @@ class Importer {
     n.parent = parent;
     n.hasPci = true;
     n.pciAttrs = attrsOf(p);
-    std::string busId = lowerCase(p.attribute("busid").value());
+    std::string busId = asciiLower(p.attribute("busid").value());
     if (busId.empty()) return fail(n.line, "<pci> without busid");
     if (busId.find_first_not_of("0123456789abcdef:.") != std::string::npos || busId.size() > 16) {
       return fail(n.line, "<pci> busid \"{}\" is not a PCI bus id", truncated(busId.c_str()));

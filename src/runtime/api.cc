@@ -147,6 +147,17 @@ Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt
   return Status();
 }
 
+// The checks of a collective's shape, shared by the calls and loomCommPlanInfo: the root of a
+// rooted collective is a rank, and the buffers' byte sizes fit in half the address space.
+Status checkShape(CollKind coll, size_t count, size_t es, int root, int n) {
+  bool rooted = coll == CollKind::kBroadcast || coll == CollKind::kReduce;
+  if (rooted && (root < 0 || root >= n))
+    return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root, n);
+  if (count > (SIZE_MAX / 2) / es / static_cast<size_t>(n))
+    return LOOM_ERROR(kInvalidArgument, "count {} is too large", count);
+  return Status();
+}
+
 // Validates a call and queues it (in a group) or runs it.
 Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   LOOM_TRY(checkComm(comm));
@@ -164,18 +175,14 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
         kInvalidArgument,
         "a non-NULL stream needs a CUDA build of Loom; host calls take a NULL stream");
   int n = c->nranks(), me = c->rank();
-  bool rooted = a.coll == CollKind::kBroadcast || a.coll == CollKind::kReduce;
-  if (rooted && (a.root < 0 || a.root >= n))
-    return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", a.root, n);
+  size_t es = dataTypeSize(a.dtype);
+  LOOM_TRY(checkShape(a.coll, a.count, es, a.root, n));
   if (a.coll == CollKind::kSendRecv && (a.peer < 0 || a.peer >= n))
     return LOOM_ERROR(kInvalidArgument, "peer {} is out of range for {} ranks", a.peer, n);
-  size_t es = dataTypeSize(a.dtype);
   size_t inCount = a.count, outCount = a.count;
   if (a.coll == CollKind::kAllGather) outCount = a.count * n;
   if (a.coll == CollKind::kReduceScatter) inCount = a.count * n;
   if (a.coll == CollKind::kAllToAll) inCount = outCount = a.count * n;
-  if (a.count > (SIZE_MAX / 2) / es / static_cast<size_t>(n))
-    return LOOM_ERROR(kInvalidArgument, "count {} is too large", a.count);
   bool needIn = !(a.coll == CollKind::kBroadcast && me != a.root) &&
                 !(a.coll == CollKind::kSendRecv && !a.isSend);
   bool needOut = !(a.coll == CollKind::kReduce && me != a.root) &&
@@ -281,9 +288,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
     LOOM_TRY(checkComm(comm));
     if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
     std::memset(info, 0, sizeof(*info));
-    static const CollKind kinds[] = {CollKind::kAllReduce,     CollKind::kBroadcast,
-                                     CollKind::kReduce,        CollKind::kAllGather,
-                                     CollKind::kReduceScatter, CollKind::kAllToAll};
+    // loomCollective_t numbers the collectives in kCollectives' order.
+    const CollKind* kinds = kCollectives;
     int c = enumBits(coll), dt = enumBits(datatype);
     if (c < 0 || c > 5)
       return LOOM_ERROR(kInvalidArgument, "unknown collective {} (valid: 0..5)", c);
@@ -291,9 +297,12 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
       return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", dt,
                         static_cast<int>(loomNumTypes) - 1);
     Comm* cm = comm->impl.get();
+    // Every collective's root is checked here (the calls ignore it where it means nothing).
     if (root < 0 || root >= cm->nranks())
       return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root,
                         cm->nranks());
+    LOOM_TRY(checkShape(kinds[c], count, dataTypeSize(static_cast<loomDataType_t>(dt)), root,
+                        cm->nranks()));
     OpArgs op;
     op.coll = kinds[c];
     op.count = count;

@@ -259,6 +259,37 @@ TEST(Collectives, LargeMessages) {
 
 // ---- Bad input ---------------------------------------------------------------------------------
 
+// loomCommPlanInfo prices nothing it is not given a valid shape for: a count whose bytes would
+// overflow used to reach the planner (and its schedule lowering) unchecked.
+TEST(BadInput, PlanInfoRejectsBadShapes) {
+  ThreadRanks& tr = ranksOf(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  loomPlanInfo_t info;
+  auto expectError = [&](loomResult_t got, const char* text) {
+    EXPECT_EQ(got, loomInvalidArgument) << text;
+    EXPECT_NE(std::string(loomGetLastError()).find(text), std::string::npos)
+        << "message '" << loomGetLastError() << "' should mention '" << text << "'";
+  };
+  expectError(loomCommPlanInfo(comm, loomCollAllReduce, 16, loomFloat32, 0, 0, nullptr),
+              "info is NULL");
+  expectError(
+      loomCommPlanInfo(comm, static_cast<loomCollective_t>(9), 16, loomFloat32, 0, 0, &info),
+      "unknown collective 9");
+  expectError(
+      loomCommPlanInfo(comm, loomCollAllReduce, 16, static_cast<loomDataType_t>(42), 0, 0, &info),
+      "unknown datatype 42");
+  expectError(loomCommPlanInfo(comm, loomCollBroadcast, 16, loomFloat32, 2, 0, &info),
+              "root 2 is out of range");
+  expectError(loomCommPlanInfo(comm, loomCollAllGather, SIZE_MAX / 4, loomFloat32, 0, 0, &info),
+              "is too large");
+  ASSERT_EQ(loomCommPlanInfo(comm, loomCollAllReduce, 1 << 20, loomFloat32, 0, 0, &info),
+            loomSuccess)
+      << loomGetLastError();
+  EXPECT_GT(info.nCandidates, 1);
+  EXPECT_GT(std::strlen(info.algorithm), 0u);
+}
+
 TEST(BadInput, RejectedWithClearErrors) {
   ThreadRanks& tr = ranksOf(1);
   ASSERT_TRUE(tr.ok()) << tr.error();

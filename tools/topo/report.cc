@@ -6,6 +6,8 @@
 #include <set>
 #include <tuple>
 
+#include "src/core/text.h"
+
 namespace loom::topotool {
 
 using topo::Graph;
@@ -102,7 +104,7 @@ struct View {
     const Node& n = g.node(gpu);
     for (const auto& e : n.linkElements) {
       if (e.tag != "nvlink") continue;
-      if (topo::lowerCase(attrOr(e.attrs, "target")) == n.busId) continue;
+      if (asciiLower(attrOr(e.attrs, "target")) == n.busId) continue;
       count += std::max(0, std::atoi(attrOr(e.attrs, "count", "1").c_str()));
     }
     double bw = 0;
