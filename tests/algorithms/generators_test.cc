@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/shards.h"
 
 namespace loom {
 namespace {
@@ -52,9 +53,7 @@ void verifyAll(const AlgorithmInfo& algo, int n) {
   }
 }
 
-// One shard per (algorithm, range of 16 rank counts), so that ctest can run them in parallel.
-constexpr int kShardRanks = 16;
-class GeneratorTest : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
+class GeneratorTest : public ::testing::TestWithParam<ShardParam> {};
 
 TEST_P(GeneratorTest, VerifiesForAllRankCounts) {
   const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
@@ -66,16 +65,7 @@ TEST_P(GeneratorTest, VerifiesForAllRankCounts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, GeneratorTest,
-                         ::testing::Combine(::testing::Range(size_t{0}, algorithms().size()),
-                                            ::testing::Range(0, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<size_t, int>>& p) {
-                           const AlgorithmInfo& a = algorithms()[std::get<0>(p.param)];
-                           const int first = std::get<1>(p.param) * kShardRanks + 1;
-                           return std::string(collName(a.coll)) + "_" + a.name + "_n" +
-                                  std::to_string(first) + "to" +
-                                  std::to_string(first + kShardRanks - 1);
-                         });
+INSTANTIATE_TEST_SUITE_P(Registered, GeneratorTest, allShards(), shardName);
 
 TEST(RingAllReduce, LargeRankCounts) {
   const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, "ring");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/shards.h"
 
 namespace loom {
 namespace {
@@ -140,8 +141,7 @@ void verifyWithLayouts(const AlgorithmInfo& algo, int n) {
   }
 }
 
-constexpr int kShardRanks = 16;
-class LayoutGeneratorTest : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
+class LayoutGeneratorTest : public ::testing::TestWithParam<ShardParam> {};
 
 TEST_P(LayoutGeneratorTest, VerifiesWithLayouts) {
   const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
@@ -153,16 +153,7 @@ TEST_P(LayoutGeneratorTest, VerifiesWithLayouts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, LayoutGeneratorTest,
-                         ::testing::Combine(::testing::Range(size_t{0}, algorithms().size()),
-                                            ::testing::Range(0, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<size_t, int>>& p) {
-                           const AlgorithmInfo& a = algorithms()[std::get<0>(p.param)];
-                           const int first = std::get<1>(p.param) * kShardRanks + 1;
-                           return std::string(collName(a.coll)) + "_" + a.name + "_n" +
-                                  std::to_string(first) + "to" +
-                                  std::to_string(first + kShardRanks - 1);
-                         });
+INSTANTIATE_TEST_SUITE_P(Registered, LayoutGeneratorTest, allShards(), shardName);
 
 // Elements each rank sends to ranks of other hosts.
 std::vector<size_t> crossHostSent(const Schedule& s, const RankLayout& l) {
