@@ -224,6 +224,18 @@ RankTopo localRankTopo(const Graph& graph, const std::string& hostId) {
   return t;
 }
 
+double SystemTopo::netBandwidth(int rank) const {
+  const RankTopo& view = hostView(rank);
+  for (const auto& g : view.gpus) {
+    if (ranks[rank].cudaDev < 0 || g.dev != ranks[rank].cudaDev) continue;
+    if (g.nearestPort >= 0) return view.ports[g.nearestPort].speedGBs;
+    break;  // the rank's GPU has no nearest port: the host's fastest
+  }
+  double best = 0;
+  for (const auto& port : view.ports) best = std::max(best, port.speedGBs);
+  return best;
+}
+
 Path SystemTopo::rankPath(int a, int b) const {
   Path p;
   if (a < 0 || b < 0 || a >= nRanks() || b >= nRanks()) return p;  // kDis
@@ -241,17 +253,8 @@ Path SystemTopo::rankPath(int a, int b) const {
     return -1;
   };
   if (!sameHost(a, b)) {
-    auto portBw = [&](int r) {
-      const RankTopo& view = hostView(r);
-      int g = gpuOf(r);
-      if (g >= 0 && view.gpus[g].nearestPort >= 0)
-        return view.ports[view.gpus[g].nearestPort].speedGBs;
-      double best = 0;
-      for (const auto& port : view.ports) best = std::max(best, port.speedGBs);
-      return best;
-    };
     p.type = PathType::kNet;
-    p.bw = static_cast<float>(std::min(portBw(a), portBw(b)));
+    p.bw = static_cast<float>(std::min(netBandwidth(a), netBandwidth(b)));
     p.hops = 2;
     return p;
   }

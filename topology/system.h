@@ -100,6 +100,9 @@ struct SystemTopo {
   //  - other ranks of one host (host memory): LOC on the same NUMA node (or when either node is
   //    unknown), SYS across NUMA nodes; bandwidth 0 (not modelled: the planner measures it).
   Path rankPath(int a, int b) const;
+  // GB/s of the network port a rank uses (its GPU's nearest port, else its host's fastest; 0
+  // when its host has none): what a NET rankPath takes the narrower of.
+  double netBandwidth(int rank) const;
 
   // Fails (kInvalidArgument) on an empty list only.
   static Result<SystemTopo> build(std::vector<RankTopo> ranks);

@@ -374,12 +374,20 @@ Status Comm::buildPlanner() {
   if (params::kModelNetMbps.asInt() > 0) {
     netBps = static_cast<double>(params::kModelNetMbps.asInt()) * 1e6 / 8;
   } else {
-    for (int a = 0; a < nranks_; ++a)
-      for (int b = 0; b < nranks_; ++b) {
-        if (system_.sameHost(a, b)) continue;
-        double bw = system_.rankPath(a, b).bw * 1e9;
-        if (bw > 0 && (netBps == 0 || bw < netBps)) netBps = bw;
-      }
+    // The narrowest path between two hosts with ports: rankPath takes the narrower of two ranks'
+    // ports, so the slowest port of any rank counts once another host has a port (linear, not
+    // a loop over every pair of ranks).
+    std::vector<double> slowest(system_.hosts.size(), 0);  // per host; 0: no port
+    for (int r = 0; r < nranks_; ++r) {
+      double bw = system_.netBandwidth(r) * 1e9;
+      double& s = slowest[static_cast<size_t>(system_.hostOf[r])];
+      if (bw > 0) s = s == 0 ? bw : std::min(s, bw);
+    }
+    size_t withPorts = 0;
+    for (double s : slowest) withPorts += s > 0;
+    if (withPorts >= 2)
+      for (double s : slowest)
+        if (s > 0 && (netBps == 0 || s < netBps)) netBps = s;
     if (netBps == 0) netBps = 10e9 / 8;  // NCCL's default for a port of unknown speed
   }
   const double netAlpha = static_cast<double>(params::kModelNetLatUs.asInt()) * 1e-6;
