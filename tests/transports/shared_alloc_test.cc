@@ -51,6 +51,10 @@ TEST(SharedAlloc, PublicApiChecksItsArguments) {
   void* p = reinterpret_cast<void*>(1);
   EXPECT_EQ(loomMemAlloc(&p, 0), loomInvalidArgument);
   EXPECT_EQ(p, nullptr);
+  p = reinterpret_cast<void*>(1);
+  EXPECT_EQ(loomMemAlloc(&p, SIZE_MAX - 100), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError()).find("too large"), std::string::npos);
+  EXPECT_EQ(p, nullptr);
   EXPECT_EQ(loomMemFree(nullptr), loomSuccess);
   int x = 0;
   EXPECT_EQ(loomMemFree(&x), loomInvalidArgument);

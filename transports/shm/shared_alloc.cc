@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 
@@ -49,6 +50,10 @@ size_t pageRound(size_t v) {
 
 // Creates, sizes and maps a memfd for serial. Caller holds the registry lock.
 Result<std::pair<char*, Allocation>> makeAllocation(Registry& reg, size_t size) {
+  // Rounding a size near SIZE_MAX up to a page would wrap to a tiny allocation.
+  if (size > static_cast<size_t>(std::numeric_limits<off_t>::max()) / 2)
+    return LOOM_ERROR(kInvalidArgument, "cannot allocate {} bytes of shared memory: too large",
+                      size);
   Allocation a;
   a.serial = reg.nextSerial++;
   a.size = pageRound(size ? size : 1);
