@@ -95,7 +95,10 @@ struct Transport::Ring {
   alignas(kLine) std::atomic<uint64_t> head;   // slots produced (sender)
   alignas(kLine) std::atomic<uint64_t> tail;   // slots consumed (receiver)
   alignas(kLine) std::atomic<uint64_t> acked;  // single-copy messages completed (receiver)
-  alignas(kLine) char slots[1];                // slots x (SlotHdr + slotBytes)
+  // 1 while the receiver reads the sender's own memory (single copy). A sender that fails or
+  // closes waits for 0 before it returns, so its caller never frees a buffer being read.
+  alignas(kLine) std::atomic<uint32_t> pulling;
+  alignas(kLine) char slots[1];  // slots x (SlotHdr + slotBytes)
 };
 
 struct Transport::Request {
@@ -356,6 +359,17 @@ void Transport::setState(PeerState s) {
       a->bell.fetch_add(1, std::memory_order_seq_cst);
       futexWake(&a->bell);
     }
+  if (s == PeerState::kAlive) return;
+  // A receiver that began reading one of our unacknowledged single-copy messages before it saw
+  // the state above finishes first (pull() checks the state after raising `pulling`: with both
+  // seq_cst, one of the two sees the other). Bounded: a receiver that died stops mattering.
+  const int64_t deadline = nowNs() + 5 * int64_t{1000000000};
+  for (int i = 0; i < nlocal(); ++i) {
+    if (i == me_ || sends_[i]->awaitingAck.empty()) continue;
+    while (sends_[i]->ring->pulling.load(std::memory_order_seq_cst) != 0 && nowNs() < deadline &&
+           (peers_[i].pid == myPid_ || !processGone(peers_[i].pid)))
+      sched_yield();
+  }
 }
 
 void Transport::wake(int local) {
@@ -532,6 +546,17 @@ Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
   const auto* h = static_cast<const SlotHdr*>(slotHdr);
   const size_t bytes = h->msgBytes;
   const LocalPeer& p = peers_[c->local];
+  // Announce the read, then make sure the sender has not given up on the message (its caller
+  // may free the buffer once it has): see setState.
+  std::atomic<uint32_t>& pulling = c->ring->pulling;
+  pulling.store(1, std::memory_order_seq_cst);
+  struct Lower {
+    std::atomic<uint32_t>& flag;
+    ~Lower() { flag.store(0, std::memory_order_release); }
+  } lower{pulling};
+  if (area(c->local)->state.load(std::memory_order_seq_cst) !=
+      static_cast<uint32_t>(PeerState::kAlive))
+    return peerGone(c->local);
   const char* remote = reinterpret_cast<const char*>(h->addr);
   bool direct = p.pid == myPid_;    // threads of one process: read the peer's buffer directly
   if (!direct && h->serial != 0) {  // a shared allocation of the peer: read it through our mapping
