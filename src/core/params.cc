@@ -114,16 +114,90 @@ const Param kTopoDumpFile{"LOOM_TOPO_DUMP_FILE", ParamType::kString, "",
                           "Write the discovered topology to this file, in NCCL's XML format "
                           "(NCCL_TOPO_DUMP_FILE is used when this is unset)"};
 
-const Param* const kAll[] = {
-    &kDebug,          &kDebugSubsys,    &kDebugFile,      &kTimeout,
-    &kCommId,         &kHostId,         &kCommSecret,     &kBootstrapPortOffset,
-    &kSocketIfname,   &kSocketFamily,   &kTopoFile,       &kTopoDumpFile,
-    &kSocketNsocks,   &kSocketNthreads, &kSocketMinSplit, &kChunkSize,
-    &kAllReduceRdMax, &kMaxInflight,    &kSpinUs,         &kShmDisable,
-    &kShmSingleCopy,  &kShmSlotSize,    &kShmSlots,       &kShmRtsMin,
-    &kShmLlMax,       &kShmDirectMax,   &kShmMapped,      &kAlgo,
-    &kRingChannels,   &kPlanner,        &kTuningFile,     &kModelNetMbps,
-    &kModelNetLatUs,  &kModelShmLatUs};
+const Param kNet{"LOOM_NET", ParamType::kString, "",
+                 "Network transport between hosts: ib, socket, or the name of the network of the "
+                 "plugin LOOM_NET_PLUGIN loads (empty: the plugin if one is named, else ib when a "
+                 "device has an active port, else socket)"};
+const Param kNetPlugin{
+    "LOOM_NET_PLUGIN", ParamType::kString, "",
+    "External NCCL net plugin to use as the network transport: a path, or a name "
+    "loaded as libnccl-net-<name>.so (empty: none)"};
+const Param kIbverbsLib{"LOOM_IBVERBS_LIB", ParamType::kString, "libibverbs.so.1",
+                        "The verbs library the InfiniBand transport loads at run time"};
+const Param kIbHca{"LOOM_IB_HCA", ParamType::kString, "",
+                   "InfiniBand devices and ports to use, NCCL_IB_HCA grammar: mlx5_0:1,mlx5_1 "
+                   "(prefixes), ^ excludes, = exact names (empty: every device)"};
+const Param kIbQpsPerConnection{"LOOM_IB_QPS_PER_CONNECTION", ParamType::kInt, "1",
+                                "Queue pairs per InfiniBand connection; large messages are split "
+                                "across them (1-16)"};
+const Param kIbGidIndex{"LOOM_IB_GID_INDEX", ParamType::kInt, "-1",
+                        "RoCE GID index (-1: choose a RoCE v2 IPv4 GID, else v2, else any)"};
+const Param kIbRoceVersion{"LOOM_IB_ROCE_VERSION_NUM", ParamType::kInt, "2",
+                           "RoCE version preferred by the automatic GID choice (1 or 2)"};
+const Param kIbTc{"LOOM_IB_TC", ParamType::kInt, "0", "InfiniBand/RoCE traffic class"};
+const Param kIbSl{"LOOM_IB_SL", ParamType::kInt, "0", "InfiniBand service level"};
+const Param kIbTimeout{"LOOM_IB_TIMEOUT", ParamType::kInt, "20",
+                       "InfiniBand local ack timeout exponent: 4.096 us x 2^value (1-31)"};
+const Param kIbRetryCnt{"LOOM_IB_RETRY_CNT", ParamType::kInt, "7",
+                        "InfiniBand transport retry count (0-7)"};
+const Param kIbPkey{"LOOM_IB_PKEY", ParamType::kInt, "0", "InfiniBand partition key index"};
+const Param kNetGdrLevel{"LOOM_NET_GDR_LEVEL", ParamType::kString, "PXB",
+                         "Farthest GPU-NIC path at which GPUDirect RDMA is used: LOC, PIX, PXB, "
+                         "PHB or SYS (NCCL_NET_GDR_LEVEL's names)"};
+const Param kDmabufEnable{"LOOM_DMABUF_ENABLE", ParamType::kBool, "1",
+                          "Register GPU memory through dma-buf when the driver and NIC support it"};
+const Param kIbGdrFlushDisable{"LOOM_IB_GDR_FLUSH_DISABLE", ParamType::kBool, "0",
+                               "Skip the RDMA-read flush after GPUDirect receives"};
+
+const Param* const kAll[] = {&kDebug,
+                             &kDebugSubsys,
+                             &kDebugFile,
+                             &kTimeout,
+                             &kCommId,
+                             &kHostId,
+                             &kCommSecret,
+                             &kBootstrapPortOffset,
+                             &kSocketIfname,
+                             &kSocketFamily,
+                             &kTopoFile,
+                             &kTopoDumpFile,
+                             &kSocketNsocks,
+                             &kSocketNthreads,
+                             &kSocketMinSplit,
+                             &kChunkSize,
+                             &kAllReduceRdMax,
+                             &kMaxInflight,
+                             &kSpinUs,
+                             &kShmDisable,
+                             &kShmSingleCopy,
+                             &kShmSlotSize,
+                             &kShmSlots,
+                             &kShmRtsMin,
+                             &kShmLlMax,
+                             &kShmDirectMax,
+                             &kShmMapped,
+                             &kAlgo,
+                             &kRingChannels,
+                             &kPlanner,
+                             &kTuningFile,
+                             &kModelNetMbps,
+                             &kModelNetLatUs,
+                             &kModelShmLatUs,
+                             &kNet,
+                             &kNetPlugin,
+                             &kIbverbsLib,
+                             &kIbHca,
+                             &kIbQpsPerConnection,
+                             &kIbGidIndex,
+                             &kIbRoceVersion,
+                             &kIbTc,
+                             &kIbSl,
+                             &kIbTimeout,
+                             &kIbRetryCnt,
+                             &kIbPkey,
+                             &kNetGdrLevel,
+                             &kDmabufEnable,
+                             &kIbGdrFlushDisable};
 }  // namespace params
 
 namespace {

@@ -86,6 +86,21 @@ extern const Param kModelNetMbps;
 extern const Param kModelNetLatUs;
 extern const Param kModelShmLatUs;
 extern const Param kTopoDumpFile;
+extern const Param kNet;
+extern const Param kNetPlugin;
+extern const Param kIbverbsLib;
+extern const Param kIbHca;
+extern const Param kIbQpsPerConnection;
+extern const Param kIbGidIndex;
+extern const Param kIbRoceVersion;
+extern const Param kIbTc;
+extern const Param kIbSl;
+extern const Param kIbTimeout;
+extern const Param kIbRetryCnt;
+extern const Param kIbPkey;
+extern const Param kNetGdrLevel;
+extern const Param kDmabufEnable;
+extern const Param kIbGdrFlushDisable;
 }  // namespace params
 
 }  // namespace loom
