@@ -18,7 +18,7 @@
 #include "src/core/process.h"
 #include "src/runtime/calibrate.h"
 #include "src/runtime/executor.h"
-#include "transports/socket/socket_transport.h"
+#include "transports/select/select.h"
 
 namespace loom {
 
@@ -134,13 +134,6 @@ std::string localHostId() {
   return id;
 }
 
-net::Transport* defaultTransport() {
-  // Leaked on purpose: comms may be destroyed during static teardown. Null when no interface
-  // matches the socket parameters (the transport logs why).
-  static net::Transport* t = makeSocketTransport().release();
-  return t;
-}
-
 const topo::Graph& localTopology() {
   // Leaked on purpose (used until static teardown); computed once, whatever the thread.
   static const topo::Graph* graph = [] {
@@ -195,11 +188,7 @@ Comm::~Comm() {
 Status Comm::initNet(const loomConfig_t* config) {
   // A bad LOOM_ALGO fails here, at init, rather than at the first collective.
   LOOM_TRY(AlgoFilter::parse(params::kAlgo.str()).status());
-  net_ = defaultTransport();
-  if (!net_)
-    return LOOM_ERROR(kSystem,
-                      "no network transport: no usable interface (check LOOM_SOCKET_IFNAME and "
-                      "LOOM_SOCKET_FAMILY)");
+  LOOM_ASSIGN(net_, networkTransport(/*allowPlugin=*/true));
   if (net_->devices() < 1)
     return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());
   net::Handle h{};

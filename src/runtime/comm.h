@@ -192,7 +192,4 @@ class Comm {
   Status initShm();
 };
 
-// The process-wide network transport used for collectives (the socket transport for now).
-net::Transport* defaultTransport();
-
 }  // namespace loom
