@@ -355,13 +355,28 @@ TEST(Bootstrap, MismatchedSizesAreReported) {
 // allGather fails naming it, instead of hanging.
 TEST(Bootstrap, KilledRankIsNamed) {
   const int n = 4, victim = 1;
-  UniqueIdInfo id = loopbackRoot();
+  // The children are forked before the root thread starts, and learn the root's id through a
+  // pipe: a child forked while another thread holds a lock (the allocator's, under ASan) can
+  // stall on it, which once made a child miss the rendezvous.
   std::vector<pid_t> kids;
+  std::vector<int> idPipes;
   for (int r = 1; r < n; ++r) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      auto b = Bootstrap::connect(id, r, n, blobFor(r), Deadline(20000), nullptr);
+      close(p[1]);
+      loomUniqueId packed;
+      size_t got = 0;
+      while (got < sizeof(packed)) {
+        ssize_t k = read(p[0], reinterpret_cast<char*>(&packed) + got, sizeof(packed) - got);
+        if (k <= 0) _exit(9);
+        got += static_cast<size_t>(k);
+      }
+      auto id = unpackUniqueId(packed);
+      if (!id.isOk()) _exit(9);
+      auto b = Bootstrap::connect(id.value(), r, n, blobFor(r), Deadline(20000), nullptr);
       if (!b.isOk()) _exit(10);
       int mine = r, all[n];
       if (!b.value()->allGather(&mine, sizeof(int), all, Deadline(20000)).isOk()) _exit(11);
@@ -374,6 +389,8 @@ TEST(Bootstrap, KilledRankIsNamed) {
       }
       _exit(0);
     }
+    close(p[0]);
+    idPipes.push_back(p[1]);
     kids.push_back(pid);
   }
   // If an assertion below returns early, the children must not outlive the test (they hold the
@@ -388,6 +405,13 @@ TEST(Bootstrap, KilledRankIsNamed) {
       }
     }
   } killKids{kids};
+  UniqueIdInfo id = loopbackRoot();
+  loomUniqueId packed;
+  packUniqueId(id, &packed);
+  for (int fd : idPipes) {
+    ASSERT_EQ(write(fd, &packed, sizeof(packed)), static_cast<ssize_t>(sizeof(packed)));
+    close(fd);
+  }
   auto b = Bootstrap::connect(id, 0, n, blobFor(0), Deadline(20000), nullptr);
   ASSERT_TRUE(b.isOk()) << b.status().message();
   int mine = 0, all[n];
