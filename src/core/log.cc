@@ -36,6 +36,10 @@ LogConfig& config() {
 
 thread_local int tRank = -1;
 
+// setLogSink: the sink, and the level it wants while set.
+std::atomic<LogSink> gSink{nullptr};
+std::atomic<int> gSinkLevel{static_cast<int>(LogLevel::kWarn)};
+
 const struct {
   const char* name;
   uint32_t bit;
@@ -58,11 +62,16 @@ uint32_t parseMask(const std::string& text) {
 }
 
 void configure(LogConfig& c) {
+  // The parameters are read before the log's lock is taken: the fork handlers take the two locks
+  // in the order they were registered, and holding one while taking the other here could
+  // deadlock against a fork.
+  const std::string lvl = params::kDebug.str();
+  const std::string subsys = params::kDebugSubsys.str();
+  const std::string file = params::kDebugFile.str();
   std::lock_guard<std::mutex> lk(c.mu);
   if (c.level.load(std::memory_order_relaxed) >= 0) return;
   gethostname(c.host, sizeof(c.host) - 1);
   if (char* dot = strchr(c.host, '.')) *dot = '\0';
-  std::string lvl = params::kDebug.str();
   int level = static_cast<int>(LogLevel::kWarn);
   if (strcasecmp(lvl.c_str(), "NONE") == 0 || lvl == "0")
     level = 0;
@@ -70,8 +79,7 @@ void configure(LogConfig& c) {
     level = static_cast<int>(LogLevel::kInfo);
   else if (strcasecmp(lvl.c_str(), "TRACE") == 0)
     level = static_cast<int>(LogLevel::kTrace);
-  c.mask.store(parseMask(params::kDebugSubsys.str()), std::memory_order_relaxed);
-  std::string file = params::kDebugFile.str();
+  c.mask.store(parseMask(subsys), std::memory_order_relaxed);
   if (!file.empty()) {
     std::string path;
     for (size_t i = 0; i < file.size(); ++i) {
@@ -90,6 +98,8 @@ void configure(LogConfig& c) {
 }  // namespace
 
 bool logEnabled(LogLevel level, uint32_t subsys) {
+  if (gSink.load(std::memory_order_acquire) != nullptr)
+    return static_cast<int>(level) <= gSinkLevel.load(std::memory_order_relaxed);
   LogConfig& c = config();
   int lv = c.level.load(std::memory_order_acquire);
   if (lv < 0) {
@@ -110,6 +120,10 @@ const char* subsysName(uint32_t subsys) {
 }
 
 void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const std::string& msg) {
+  if (LogSink sink = gSink.load(std::memory_order_acquire)) {
+    sink(level, subsys, file, line, msg.c_str());
+    return;
+  }
   LogConfig& c = config();
   const char* lvl = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
   std::string rank = tRank >= 0 ? fmt::format(" rank {}", tRank) : std::string();
@@ -129,6 +143,11 @@ void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const
 void logReconfigure() {
   LogConfig& c = config();
   c.level.store(-1, std::memory_order_release);
+}
+
+void setLogSink(LogSink sink, LogLevel maxLevel) {
+  gSinkLevel.store(static_cast<int>(maxLevel), std::memory_order_relaxed);
+  gSink.store(sink, std::memory_order_release);
 }
 
 }  // namespace loom

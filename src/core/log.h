@@ -34,6 +34,15 @@ const char* subsysName(uint32_t subsys);
 // Rereads LOOM_DEBUG* on the next log call (after reloadParams()).
 void logReconfigure();
 
+// Where log lines go instead of stderr / LOOM_DEBUG_FILE, for a host that has its own logger (the
+// NCCL net plugin hands Loom's lines to NCCL's logger). The sink gets the bare message (no host,
+// pid or level prefix: the host adds its own). While a sink is set, maxLevel replaces LOOM_DEBUG's
+// level and LOOM_DEBUG_SUBSYS is not applied (the host filters by subsystem itself). The sink may
+// be called from any thread, concurrently. nullptr restores the normal output.
+using LogSink = void (*)(LogLevel level, uint32_t subsys, const char* file, int line,
+                         const char* msg);
+void setLogSink(LogSink sink, LogLevel maxLevel);
+
 }  // namespace loom
 
 #define LOOM_LOG_AT(level, subsys, ...)                                                \

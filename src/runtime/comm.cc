@@ -695,6 +695,16 @@ Status Comm::pollRemoteFailure() {
   return bootstrap_->pollFailure();
 }
 
+Status Comm::awaitRemoteFailure(int ms) {
+  if (!bootstrap_) return Status();
+  Deadline d(ms);
+  for (;;) {
+    Status st = bootstrap_->pollFailure();
+    if (!st.isOk() || d.expired()) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 Status Comm::asyncError() const {
   if (!failed_.load(std::memory_order_acquire)) return Status();
   std::lock_guard<std::mutex> lk(errMu_);

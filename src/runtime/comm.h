@@ -116,6 +116,10 @@ class Comm {
   // A failure another rank reported (or a ring neighbour's death), checked at most every 10 ms
   // (never blocks). The executor calls it while it waits.
   Status pollRemoteFailure();
+  // Waits up to ms for the failure report of a rank whose connection just closed: a rank that
+  // fails reports why over the bootstrap ring before it closes its data connections, but the
+  // close can arrive first. Returns the report (naming the rank that failed first), or OK.
+  Status awaitRemoteFailure(int ms);
   bool aborted() const { return abort_.load(std::memory_order_acquire); }
   const std::atomic<bool>* abortFlag() const { return &abort_; }
   // Sets the abort flag and wakes blocked calls; safe from any thread.

@@ -557,8 +557,14 @@ class Executor {
     std::string hint;
     const std::string& m = st.message();
     if (m.find("closed") != std::string::npos || m.find("reset") != std::string::npos) {
+      // The rank that closed may have failed because of another one: its report names the cause.
+      Status remote = r.comm->awaitRemoteFailure(250);
       std::string dead = r.comm->deadPeers();
-      hint = dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
+      if (!remote.isOk()) {
+        hint = "; " + remote.message() + (dead.empty() ? "" : "; " + dead);
+      } else {
+        hint = dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
+      }
     } else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
       hint =
           " (the ranks called different collectives, or with different counts, datatypes, ops "

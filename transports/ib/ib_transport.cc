@@ -1,10 +1,420 @@
 #include "transports/ib/ib_transport.h"
 
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "src/core/clock.h"
+#include "src/core/log.h"
+#include "src/core/params.h"
+#include "transports/ib/gdr.h"
+#include "transports/ib/ib_comm.h"
+#include "transports/ib/ib_device.h"
+#include "transports/ib/ib_hca.h"
+#include "transports/ib/ib_wire.h"
+#include "transports/socket/socket_util.h"
+
 namespace loom {
+namespace ib {
+namespace {
+
+int qpsParam() {
+  return static_cast<int>(std::clamp<int64_t>(params::kIbQpsPerConnection.asInt(), 1, kMaxQps));
+}
+
+// An incoming connection whose handshake is in progress.
+struct Incoming {
+  Fd fd;
+  SockAddr peer;
+  EndpointWire remote{};
+  size_t got = 0;
+  std::unique_ptr<Comm> comm;  // created once the connector's half arrived
+  EndpointWire local{};
+  size_t sent = 0;
+  unsigned char ready = 0;
+  bool complete = false;  // comm ready, waiting for an accept call to hand it out
+  Deadline deadline = Deadline::never();
+};
+
+struct Listener {
+  Port* port = nullptr;
+  Fd fd;
+  SockAddr addr;
+  uint64_t secret = 0;
+  std::vector<std::unique_ptr<Incoming>> incoming;
+};
+
+// A connect in progress (connect() is called again until it completes).
+struct Outgoing {
+  SockAddr addr;
+  Fd fd;
+  bool connected = false;
+  std::unique_ptr<Comm> comm;
+  EndpointWire local{};
+  size_t sent = 0;
+  EndpointWire remote{};
+  size_t got = 0;
+  bool readySent = false;
+  Deadline deadline = Deadline::never();
+};
+
+class IbTransport final : public net::Transport {
+ public:
+  explicit IbTransport(std::vector<std::unique_ptr<Device>> devices)
+      : devices_(std::move(devices)) {
+    for (auto& d : devices_)
+      for (auto& p : d->ports) ports_.push_back(p.get());
+  }
+
+  const char* name() const override { return "IB"; }
+  int devices() const override { return static_cast<int>(ports_.size()); }
+  Status getProperties(int dev, net::Properties* props) const override;
+
+  Status listen(int dev, net::Handle* handle, void** listenComm) override;
+  Status connect(int dev, const net::Handle& handle, void** sendComm) override;
+  Status accept(void* listenComm, void** recvComm) override;
+
+  Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
+  Status deregMr(void* comm, void* mhandle) override;
+
+  Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+               void** request) override {
+    *request = nullptr;
+    if (sendComm == nullptr)
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: isend on a null comm");
+    return static_cast<Comm*>(sendComm)->isend(data, size, tag, static_cast<MemHandle*>(mhandle),
+                                               request);
+  }
+  Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+               void** mhandles, void** request) override {
+    *request = nullptr;
+    if (recvComm == nullptr)
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: irecv on a null comm");
+    if (data == nullptr || sizes == nullptr || tags == nullptr)
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: irecv with null buffers, sizes or tags");
+    return static_cast<Comm*>(recvComm)->irecv(n, data, sizes, tags,
+                                               reinterpret_cast<MemHandle**>(mhandles), request);
+  }
+  Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                void** request) override {
+    *request = nullptr;
+    if (recvComm == nullptr)
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: iflush on a null comm");
+    return static_cast<Comm*>(recvComm)->iflush(n, data, sizes,
+                                                reinterpret_cast<MemHandle**>(mhandles), request);
+  }
+  Status test(void* request, int* done, size_t* sizes) override {
+    *done = 0;
+    auto* r = static_cast<Request*>(request);
+    if (r == nullptr || !r->inUse)
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: test of an invalid request");
+    return r->comm->test(r, done, sizes);
+  }
+
+  Status closeSend(void* sendComm) override {
+    delete static_cast<Comm*>(sendComm);
+    return Status();
+  }
+  Status closeRecv(void* recvComm) override {
+    delete static_cast<Comm*>(recvComm);
+    return Status();
+  }
+  Status closeListen(void* listenComm) override {
+    delete static_cast<Listener*>(listenComm);
+    return Status();
+  }
+
+ private:
+  Status checkDev(int dev) const {
+    if (dev < 0 || dev >= devices())
+      return LOOM_ERROR(kInvalidArgument, "InfiniBand: device {} out of range (0..{})", dev,
+                        devices() - 1);
+    return Status();
+  }
+  Result<bool> progressConnect(Outgoing* o);
+  Result<bool> progressIncoming(Listener* l, Incoming* in);
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<Port*> ports_;
+  std::mutex connectMu_;
+  std::map<std::pair<std::thread::id, std::string>, std::unique_ptr<Outgoing>> connecting_;
+};
+
+Status IbTransport::getProperties(int dev, net::Properties* props) const {
+  LOOM_TRY(checkDev(dev));
+  const Port* p = ports_[dev];
+  const Device* d = p->dev;
+  net::Properties r;
+  r.name = p->name();
+  r.pciPath = d->pciPath();
+  r.guid = d->guid();
+  r.ptrSupport = net::kPtrHost;
+  if (d->gdr().usable()) r.ptrSupport |= net::kPtrCuda;
+  if (d->gdr().dmabuf) r.ptrSupport |= net::kPtrDmabuf;
+  r.speedMbps = p->speedMbps;
+  r.port = p->port;
+  r.latencyUs = 0;  // not measured (NCCL reports 0 for IB too)
+  const int qps = qpsParam() + 1;
+  r.maxComms = d->attr().max_qp > 0 ? std::max(1, std::min(65536, d->attr().max_qp / qps)) : 65536;
+  r.maxRecvs = kMaxRecvs;
+  r.maxP2pBytes = size_t(1) << 31;
+  *props = r;
+  return Status();
+}
+
+Status IbTransport::listen(int dev, net::Handle* handle, void** listenComm) {
+  *listenComm = nullptr;
+  LOOM_TRY(checkDev(dev));
+  if (handle == nullptr)
+    return LOOM_ERROR(kInvalidArgument, "InfiniBand: listen with a null handle");
+  LOOM_ASSIGN(Interface itf, defaultInterface());
+  auto l = std::make_unique<Listener>();
+  l->port = ports_[dev];
+  SockAddr want = itf.addr;
+  want.setPort(0);
+  auto fd = listenOn(want, &l->addr);
+  if (!fd.isOk()) return fd.status().withContext("InfiniBand: out-of-band listen");
+  l->fd = std::move(fd).value();
+  l->secret = randomU64();
+  if (l->addr.len > sizeof(IbHandle::addr))
+    return LOOM_ERROR(kInternal, "InfiniBand: address {} does not fit a handle",
+                      l->addr.toString());
+  IbHandle h{};
+  h.magic = kIbHandleMagic;
+  h.secret = l->secret;
+  h.addrLen = l->addr.len;
+  std::memcpy(h.addr, &l->addr.ss, l->addr.len);
+  std::memset(handle->bytes, 0, net::kHandleSize);
+  std::memcpy(handle->bytes, &h, sizeof(h));
+  LOOM_INFO(kSubNet, "InfiniBand: listening for {} on {}", l->port->name(), l->addr.toString());
+  *listenComm = l.release();
+  return Status();
+}
+
+Status IbTransport::connect(int dev, const net::Handle& handle, void** sendComm) {
+  *sendComm = nullptr;
+  LOOM_TRY(checkDev(dev));
+  IbHandle h;
+  std::memcpy(&h, handle.bytes, sizeof(h));
+  if (h.magic != kIbHandleMagic || h.addrLen == 0 || h.addrLen > sizeof(h.addr))
+    return LOOM_ERROR(kInvalidArgument,
+                      "InfiniBand: connect with a handle that is not an InfiniBand handle");
+  auto key = std::make_pair(std::this_thread::get_id(),
+                            std::string(reinterpret_cast<const char*>(handle.bytes), sizeof(h)));
+  std::unique_ptr<Outgoing> o;
+  {
+    std::lock_guard<std::mutex> lk(connectMu_);
+    auto it = connecting_.find(key);
+    if (it != connecting_.end()) {
+      o = std::move(it->second);
+      connecting_.erase(it);
+    }
+    for (auto a = connecting_.begin(); a != connecting_.end();)
+      a = a->second->deadline.expired() ? connecting_.erase(a) : std::next(a);
+  }
+  if (!o) {
+    o = std::make_unique<Outgoing>();
+    std::memcpy(&o->addr.ss, h.addr, h.addrLen);
+    o->addr.len = h.addrLen;
+    o->deadline = Deadline(defaultTimeoutMs());
+    LOOM_ASSIGN(o->comm, Comm::create(Comm::Role::kSend, ports_[dev], qpsParam()));
+    o->comm->describe(&o->local, h.secret);
+    auto fd = startConnect(o->addr);
+    if (!fd.isOk()) return fd.status().withContext("InfiniBand: out-of-band connect");
+    o->fd = std::move(fd).value();
+  }
+  Result<bool> r = progressConnect(o.get());
+  if (!r.isOk())
+    return r.status().withContext(fmt::format("InfiniBand: connecting to {}", o->addr.toString()));
+  if (!r.value()) {
+    std::lock_guard<std::mutex> lk(connectMu_);
+    connecting_[key] = std::move(o);
+    return Status();
+  }
+  *sendComm = o->comm.release();
+  return Status();
+}
+
+Result<bool> IbTransport::progressConnect(Outgoing* o) {
+  if (o->deadline.expired())
+    return LOOM_ERROR(kTimeout, "handshake timed out after {} ms (LOOM_TIMEOUT)",
+                      o->deadline.timeoutMs());
+  if (!o->connected) {
+    LOOM_ASSIGN(bool c, checkConnect(o->fd.get()));
+    if (!c) return false;
+    o->connected = true;
+  }
+  while (o->sent < sizeof(o->local)) {
+    LOOM_ASSIGN(size_t n, sendSome(o->fd.get(), reinterpret_cast<char*>(&o->local) + o->sent,
+                                   sizeof(o->local) - o->sent));
+    if (n == 0) return false;
+    o->sent += n;
+  }
+  while (o->got < sizeof(o->remote)) {
+    LOOM_ASSIGN(size_t n, recvSome(o->fd.get(), reinterpret_cast<char*>(&o->remote) + o->got,
+                                   sizeof(o->remote) - o->got));
+    if (n == 0) return false;
+    o->got += n;
+  }
+  if (!o->readySent) {
+    const EndpointWire& w = o->remote;
+    if (w.magic != kIbWireMagic || w.version != kIbWireVersion)
+      return LOOM_ERROR(kRemote, "the peer is not a Loom InfiniBand endpoint (version {})",
+                        w.version);
+    if (w.status != 0)
+      return LOOM_ERROR(kRemote,
+                        "the peer refused the connection (it could not set it up; see its log)");
+    LOOM_TRY(o->comm->connect(w, o->addr.toString()));
+    unsigned char ready = 1;
+    LOOM_TRY(sendAll(o->fd.get(), &ready, 1, o->deadline));
+    o->readySent = true;
+  }
+  o->comm->attachSocket(std::move(o->fd));
+  return true;
+}
+
+Status IbTransport::accept(void* listenComm, void** recvComm) {
+  *recvComm = nullptr;
+  auto* l = static_cast<Listener*>(listenComm);
+  if (l == nullptr) return LOOM_ERROR(kInvalidArgument, "InfiniBand: accept on a null listener");
+  for (int k = 0; k < 64; ++k) {
+    SockAddr peer;
+    auto fd = tryAccept(l->fd.get(), &peer);
+    if (!fd.isOk()) {
+      LOOM_WARN("InfiniBand: accept on {}: {}", l->addr.toString(), fd.status().message());
+      break;
+    }
+    if (!fd.value().valid()) break;
+    auto in = std::make_unique<Incoming>();
+    in->fd = std::move(fd).value();
+    (void)setNonBlocking(in->fd.get());
+    in->peer = peer;
+    in->deadline = Deadline(defaultTimeoutMs());
+    l->incoming.push_back(std::move(in));
+  }
+  for (size_t i = 0; i < l->incoming.size();) {
+    Incoming* in = l->incoming[i].get();
+    Result<bool> r = progressIncoming(l, in);
+    if (!r.isOk()) {
+      LOOM_WARN("InfiniBand: dropping the connection from {} on {}: {}", in->peer.toString(),
+                l->port->name(), r.status().message());
+      l->incoming.erase(l->incoming.begin() + i);
+      continue;
+    }
+    if (r.value() && *recvComm == nullptr) {
+      *recvComm = in->comm.release();
+      l->incoming.erase(l->incoming.begin() + i);
+      continue;
+    }
+    ++i;
+  }
+  return Status();
+}
+
+Result<bool> IbTransport::progressIncoming(Listener* l, Incoming* in) {
+  if (in->complete) return true;
+  if (in->deadline.expired())
+    return LOOM_ERROR(kTimeout, "handshake not finished within {} ms (LOOM_TIMEOUT)",
+                      in->deadline.timeoutMs());
+  while (in->got < sizeof(in->remote)) {
+    LOOM_ASSIGN(size_t n, recvSome(in->fd.get(), reinterpret_cast<char*>(&in->remote) + in->got,
+                                   sizeof(in->remote) - in->got));
+    if (n == 0) return false;
+    in->got += n;
+  }
+  if (!in->comm) {
+    const EndpointWire& w = in->remote;
+    if (w.magic != kIbWireMagic || w.version != kIbWireVersion)
+      return LOOM_ERROR(kRemote, "not a Loom InfiniBand handshake");
+    if (w.secret != l->secret) return LOOM_ERROR(kRemote, "wrong secret in the handshake");
+    if (w.nqps < 1 || w.nqps > static_cast<uint32_t>(kMaxQps))
+      return LOOM_ERROR(kRemote, "{} queue pairs requested", w.nqps);
+    auto comm = Comm::create(Comm::Role::kRecv, l->port, static_cast<int>(w.nqps));
+    Status st = comm.status();
+    if (st.isOk()) {
+      in->comm = std::move(comm).value();
+      in->comm->describe(&in->local, l->secret);
+      st = in->comm->connect(w, in->peer.toString());
+    }
+    if (!st.isOk()) {
+      // Tell the connector, so that it fails now instead of at its deadline.
+      EndpointWire refuse{};
+      refuse.magic = kIbWireMagic;
+      refuse.version = kIbWireVersion;
+      refuse.status = 1;
+      (void)sendAll(in->fd.get(), &refuse, sizeof(refuse), Deadline(1000));
+      return st;
+    }
+  }
+  while (in->sent < sizeof(in->local)) {
+    LOOM_ASSIGN(size_t n, sendSome(in->fd.get(), reinterpret_cast<char*>(&in->local) + in->sent,
+                                   sizeof(in->local) - in->sent));
+    if (n == 0) return false;
+    in->sent += n;
+  }
+  // The connector's queue pairs are ready to receive our clear-to-send writes once it says so.
+  LOOM_ASSIGN(size_t n, recvSome(in->fd.get(), &in->ready, 1));
+  if (n == 0) return false;
+  in->comm->attachSocket(std::move(in->fd));
+  in->complete = true;
+  return true;
+}
+
+Status IbTransport::regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  *mhandle = nullptr;
+  auto* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return LOOM_ERROR(kInvalidArgument, "InfiniBand: regMr on a null comm");
+  Device* d = c->dev();
+  Result<CachedMr*> mr = Status();
+  if (type == net::kPtrHost) {
+    mr = d->regHost(data, size);
+  } else if (type == net::kPtrCuda || type == net::kPtrDmabuf) {
+    if (!d->gdr().usable())
+      return LOOM_ERROR(kInvalidUsage, "InfiniBand: cannot register GPU memory on {}: {}",
+                        d->name(), d->gdr().summary);
+    mr = d->regGpu(data, size);
+  } else {
+    return LOOM_ERROR(kInvalidArgument, "InfiniBand: unknown memory type {}", type);
+  }
+  if (!mr.isOk()) return mr.status();
+  *mhandle = new MemHandle{d, mr.value()};
+  return Status();
+}
+
+Status IbTransport::deregMr(void* comm, void* mhandle) {
+  auto* m = static_cast<MemHandle*>(mhandle);
+  if (m == nullptr) return Status();
+  m->dev->deregister(m->mr);
+  delete m;
+  return Status();
+}
+
+}  // namespace
+}  // namespace ib
 
 std::unique_ptr<net::Transport> makeIbTransport(std::string* whyNot) {
-  *whyNot = "the InfiniBand transport is not built yet";
-  return nullptr;
+  std::string why;
+  auto api = ib::loadVerbs(nullptr);
+  if (!api.isOk()) {
+    *whyNot = api.status().message();
+    return nullptr;
+  }
+  ib::HcaSpec spec = ib::HcaSpec::parse(params::kIbHca.str());
+  auto devs = ib::openDevices(api.value(), spec, &why);
+  if (!devs.isOk()) {
+    *whyNot = devs.status().message();
+    return nullptr;
+  }
+  if (devs.value().empty()) {
+    *whyNot = why;
+    return nullptr;
+  }
+  whyNot->clear();
+  return std::make_unique<ib::IbTransport>(std::move(devs).value());
 }
 
 }  // namespace loom

@@ -3,6 +3,8 @@
 // when a device has an active port and the socket transport otherwise.
 #pragma once
 
+#include <memory>
+
 #include "src/core/status.h"
 #include "transports/net.h"
 
@@ -13,5 +15,9 @@ namespace loom {
 // plugin Loom exports must not load a plugin itself). An error names what was asked for and why
 // it cannot run; it is returned again by later calls.
 Result<net::Transport*> networkTransport(bool allowPlugin);
+
+// The same choice made afresh, owned by the caller (networkTransport makes it once per process;
+// tests call this to check each choice and its errors).
+Result<std::unique_ptr<net::Transport>> makeNetworkTransport(bool allowPlugin);
 
 }  // namespace loom

@@ -1,0 +1,237 @@
+#include "transports/ib/gdr.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "src/core/log.h"
+#include "src/core/params.h"
+
+namespace loom {
+namespace ib {
+namespace {
+
+// The CUDA driver API entry points used here, declared with their C ABI (no cuda.h needed).
+using CuResult = int;
+using CuDevicePtr = unsigned long long;         // NOLINT: the driver's CUdeviceptr
+constexpr int kCuAttrDmaBufSupported = 124;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+constexpr int kCuPointerAttrDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kCuPointerAttrMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr unsigned kCuMemoryTypeDevice = 2;     // CU_MEMORYTYPE_DEVICE
+constexpr int kCuRangeHandleDmaBufFd = 1;       // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+
+struct Cuda {
+  CuResult (*init)(unsigned) = nullptr;
+  CuResult (*deviceGetCount)(int*) = nullptr;
+  CuResult (*deviceGet)(int*, int) = nullptr;
+  CuResult (*deviceGetAttribute)(int*, int, int) = nullptr;
+  CuResult (*deviceGetPciBusId)(char*, int, int) = nullptr;
+  CuResult (*pointerGetAttribute)(void*, int, CuDevicePtr) = nullptr;
+  CuResult (*memGetAddressRange)(CuDevicePtr*, size_t*, CuDevicePtr) = nullptr;
+  CuResult (*memGetHandleForAddressRange)(void*, CuDevicePtr, size_t, int,
+                                          unsigned long long) = nullptr;  // NOLINT
+  int gpus = 0;
+  Status status;
+};
+
+const Cuda& cuda() {
+  static Cuda* c = [] {
+    auto* r = new Cuda();
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      r->status = LOOM_ERROR(kCuda, "no CUDA driver ({})", e != nullptr ? e : "libcuda.so.1");
+      return r;
+    }
+    auto sym = [&](const char* name, auto* out) {
+      *out = reinterpret_cast<std::remove_pointer_t<decltype(out)>>(dlsym(h, name));
+      return *out != nullptr;
+    };
+    bool ok = sym("cuInit", &r->init) && sym("cuDeviceGetCount", &r->deviceGetCount) &&
+              sym("cuDeviceGet", &r->deviceGet) &&
+              sym("cuDeviceGetAttribute", &r->deviceGetAttribute) &&
+              sym("cuDeviceGetPCIBusId", &r->deviceGetPciBusId) &&
+              sym("cuPointerGetAttribute", &r->pointerGetAttribute) &&
+              sym("cuMemGetAddressRange_v2", &r->memGetAddressRange);
+    sym("cuMemGetHandleForAddressRange", &r->memGetHandleForAddressRange);  // CUDA 11.7+
+    if (!ok) {
+      r->status = LOOM_ERROR(kCuda, "the CUDA driver lacks an entry point Loom needs");
+      return r;
+    }
+    CuResult rc = r->init(0);
+    if (rc != 0) {
+      r->status = LOOM_ERROR(kCuda, "the CUDA driver failed to initialise (CUresult {})", rc);
+      return r;
+    }
+    if (r->deviceGetCount(&r->gpus) != 0 || r->gpus == 0) {
+      r->status = LOOM_ERROR(kCuda, "the CUDA driver sees no GPU");
+      return r;
+    }
+    return r;
+  }();
+  return *c;
+}
+
+bool exists(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0;
+}
+
+constexpr size_t kGpuPage = 1 << 16;  // dma-buf export granularity used by GPUs (64 KiB)
+
+}  // namespace
+
+Status cudaDriverAvailable() { return cuda().status; }
+
+bool isGpuPointer(const void* data) {
+  const Cuda& c = cuda();
+  if (!c.status.isOk()) return false;
+  unsigned type = 0;
+  return c.pointerGetAttribute(&type, kCuPointerAttrMemoryType,
+                               reinterpret_cast<CuDevicePtr>(data)) == 0 &&
+         type == kCuMemoryTypeDevice;
+}
+
+std::string gpuPciPath(const void* data) {
+  const Cuda& c = cuda();
+  if (!c.status.isOk()) return std::string();
+  int ordinal = -1, dev = -1;
+  if (c.pointerGetAttribute(&ordinal, kCuPointerAttrDeviceOrdinal,
+                            reinterpret_cast<CuDevicePtr>(data)) != 0 ||
+      c.deviceGet(&dev, ordinal) != 0)
+    return std::string();
+  char bus[64] = {};
+  if (c.deviceGetPciBusId(bus, sizeof(bus), dev) != 0) return std::string();
+  for (char* p = bus; *p; ++p) *p = static_cast<char>(tolower(*p));
+  char real[PATH_MAX];
+  std::string sys = std::string("/sys/bus/pci/devices/") + bus;
+  if (::realpath(sys.c_str(), real) == nullptr) return std::string();
+  return real;
+}
+
+Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
+                 size_t* length) {
+  const Cuda& c = cuda();
+  LOOM_TRY(c.status);
+  if (c.memGetHandleForAddressRange == nullptr)
+    return LOOM_ERROR(kCuda, "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf)");
+  uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  uintptr_t b = p & ~(kGpuPage - 1);
+  uintptr_t e = (p + size + kGpuPage - 1) & ~(kGpuPage - 1);
+  int out = -1;
+  CuResult rc = c.memGetHandleForAddressRange(&out, b, e - b, kCuRangeHandleDmaBufFd, 0);
+  if (rc != 0)
+    return LOOM_ERROR(kCuda, "cuMemGetHandleForAddressRange failed (CUresult {}) for {} bytes", rc,
+                      e - b);
+  *fd = out;
+  *offset = p - b;
+  *begin = b;
+  *length = e - b;
+  return Status();
+}
+
+GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd) {
+  GdrSupport g;
+  Status cu = cuda().status;
+  g.cudaDriver = cu.isOk();
+  std::vector<std::string> notes;
+  if (!g.cudaDriver) notes.push_back(cu.message());
+
+  bool peermemLoaded = exists("/sys/module/nvidia_peermem") || exists("/sys/module/nv_peer_mem");
+  g.peermem = peermemLoaded && g.cudaDriver;
+  notes.push_back(peermemLoaded ? "nvidia-peermem loaded" : "nvidia-peermem not loaded");
+
+  std::string dmabufNote;
+  if (!params::kDmabufEnable.asBool()) {
+    dmabufNote = "dma-buf disabled (LOOM_DMABUF_ENABLE=0)";
+  } else if (api.regDmabufMr == nullptr) {
+    dmabufNote = "dma-buf: the verbs library has no ibv_reg_dmabuf_mr";
+  } else {
+    // A registration of fd -1 fails at once; EOPNOTSUPP / EPROTONOSUPPORT mean the NIC driver has
+    // no dma-buf support at all, anything else (EBADF) that it would try.
+    errno = 0;
+    ibv_mr* mr = api.regDmabufMr(pd, 0, 0, 0, -1, 0);
+    int err = errno;
+    if (mr != nullptr) api.deregMr(mr);
+    bool nicOk = mr == nullptr && err != EOPNOTSUPP && err != EPROTONOSUPPORT;
+    if (!nicOk) {
+      dmabufNote = "dma-buf: the NIC driver does not support it";
+    } else if (!g.cudaDriver) {
+      dmabufNote = "dma-buf: the NIC supports it, no CUDA driver";
+    } else {
+      int supported = 0, dev = 0;
+      const Cuda& c = cuda();
+      if (c.memGetHandleForAddressRange != nullptr && c.deviceGet(&dev, 0) == 0 &&
+          c.deviceGetAttribute(&supported, kCuAttrDmaBufSupported, dev) == 0 && supported) {
+        g.dmabuf = true;
+        dmabufNote = "dma-buf supported by the NIC and the CUDA driver";
+      } else {
+        dmabufNote = "dma-buf: the CUDA driver does not support it";
+      }
+    }
+  }
+  notes.push_back(dmabufNote);
+  std::string s = g.dmabuf    ? "GPUDirect RDMA through dma-buf"
+                  : g.peermem ? "GPUDirect RDMA through nvidia-peermem"
+                              : "no GPUDirect RDMA";
+  s += " (";
+  for (size_t i = 0; i < notes.size(); ++i) s += (i ? "; " : "") + notes[i];
+  s += ")";
+  g.summary = s;
+  return g;
+}
+
+int pciDistance(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return 4;
+  if (a == b) return 0;
+  auto split = [](const std::string& p) {
+    std::vector<std::string> parts;
+    size_t pos = 0;
+    while (pos < p.size()) {
+      size_t n = p.find('/', pos);
+      if (n == std::string::npos) n = p.size();
+      if (n > pos) parts.push_back(p.substr(pos, n - pos));
+      pos = n + 1;
+    }
+    return parts;
+  };
+  // /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...: component 2 is the root complex, the
+  // following ones PCI bridges and finally the device.
+  std::vector<std::string> x = split(a), y = split(b);
+  if (x.size() < 3 || y.size() < 3 || x[0] != "sys" || x[1] != "devices" || y[0] != "sys" ||
+      y[1] != "devices" || x[2] != y[2])
+    return 4;
+  size_t common = 0;
+  while (common < x.size() && common < y.size() && x[common] == y[common]) ++common;
+  // Bridges shared below the root complex: none -> PHB; the devices sit under one bridge -> PIX;
+  // several shared bridges without reaching the CPU -> PXB.
+  size_t shared = common - 3;
+  if (shared == 0) return 3;
+  size_t below = std::max(x.size(), y.size()) - common;
+  return below <= 1 ? 1 : 2;
+}
+
+int gdrLevelParam() {
+  std::string v = params::kNetGdrLevel.str();
+  static const char* const kNames[] = {"LOC", "PIX", "PXB", "PHB", "SYS"};
+  for (int i = 0; i < 5; ++i)
+    if (strcasecmp(v.c_str(), kNames[i]) == 0) return i;
+  char* end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (!v.empty() && *end == '\0' && n >= 0 && n <= 4) return static_cast<int>(n);
+  return 2;
+}
+
+}  // namespace ib
+}  // namespace loom
