@@ -210,6 +210,21 @@ LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, s
 LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size);
 LOOM_API loomResult_t loomMemFree(void* ptr);
 
+/* Buffer registration (as ncclCommRegister / ncclCommDeregister): tells comm that
+ * [buff, buff + size) (host memory) will be used by many calls. A network transport that must
+ * register memory with its NIC (InfiniBand verbs, NCCL net plugins) then registers it once per
+ * connection, on first use, instead of registering and deregistering every message; calls on
+ * buffers inside a registered range use it whatever their offset. Registration is optional:
+ * every buffer works without it. Ranges may overlap. *handle is opaque; it belongs to comm.
+ * loomCommDeregister releases the registration (the NIC registrations made for it included); it
+ * must come before the memory is freed. Deregistering while a call that uses the buffer is in
+ * progress (for example from another thread, which breaks the one-thread rule) is the caller's
+ * bug, as in NCCL. Registrations left at loomCommDestroy/loomCommAbort are released there.
+ * Errors: NULL comm, buff or handle, size 0, a handle not from this comm or deregistered already
+ * (loomInvalidArgument); a communicator that failed cannot register (deregistering still works). */
+LOOM_API loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** handle);
+LOOM_API loomResult_t loomCommDeregister(loomComm_t comm, void* handle);
+
 LOOM_API const char* loomGetErrorString(loomResult_t result);
 /* The message of the last failure of a Loom call on this thread ("" if none). */
 LOOM_API const char* loomGetLastError(void);

@@ -361,6 +361,30 @@ loomResult_t loomMemFree(void* ptr) {
   });
 }
 
+loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded("loomCommRegister", [&]() -> Status {
+    if (!handle) return LOOM_ERROR(kInvalidArgument, "handle is NULL");
+    *handle = nullptr;
+    LOOM_TRY(checkComm(comm));
+    if (!buff) return LOOM_ERROR(kInvalidArgument, "buff is NULL");
+    if (size == 0) return LOOM_ERROR(kInvalidArgument, "size is 0");
+    CallScope scope(comm->impl.get());
+    LOOM_ASSIGN(*handle, comm->impl->registerBuffer(buff, size));
+    return Status();
+  });
+}
+
+loomResult_t loomCommDeregister(loomComm_t comm, void* handle) {
+  return guarded("loomCommDeregister", [&]() -> Status {
+    // A communicator that failed still releases its registrations (its connections are closed:
+    // only the record goes).
+    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    if (!handle) return LOOM_ERROR(kInvalidArgument, "handle is NULL");
+    CallScope scope(comm->impl.get());
+    return comm->impl->deregisterBuffer(handle);
+  });
+}
+
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   return guarded("loomGetUniqueId", [&]() -> Status {
     if (!uniqueId) return LOOM_ERROR(kInvalidArgument, "uniqueId is NULL");

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -125,8 +126,28 @@ class Comm {
   // Sets the abort flag and wakes blocked calls; safe from any thread.
   void requestAbort();
 
-  // Scratch memory reused across calls (64-byte aligned).
+  // Scratch memory reused across calls (64-byte aligned). It is registered with the network
+  // transport like a user buffer (it is Loom's, and reused): a block that grows is deregistered
+  // and the new one registered. Called only while no request of this comm is in flight.
   char* scratch(size_t bytes);
+
+  // Buffer registration (loomCommRegister): the range [buff, buff + size) is kept until
+  // deregisterBuffer; ranges may overlap. The handle is opaque, never null, and unique in the
+  // process (a stale or foreign handle is recognised, never dereferenced).
+  Result<void*> registerBuffer(void* buff, size_t size);
+  // Releases the registration and the transport handles made for it (deregMr on every
+  // connection). Deregistering while a request that uses the range is in flight is the caller's
+  // bug (as in NCCL).
+  Status deregisterBuffer(void* handle);
+  // The network transport's memory handle for [p, p + n) on connection conn (a sendComm or
+  // recvComm of transport()), or nullptr when no registration contains the range (the transport
+  // then registers the buffer per message). Made lazily with regMr over the whole registration,
+  // once per (connection, registration), and cached until the registration or the connection
+  // goes. A failed regMr is logged once and the range goes the per-message way on that
+  // connection. Cheap when nothing is registered; O(log registrations) otherwise.
+  void* netMemHandle(void* conn, const void* p, size_t n);
+  // Registrations alive (user ones, and the scratch block's when it exists).
+  size_t registrationCount() const;
 
   // Calls currently running on this comm (abort waits for them to leave).
   std::atomic<int> activeCalls{0};
@@ -148,6 +169,26 @@ class Comm {
   Status initNet(const loomConfig_t* config);
   Status acceptPending();
   void closeConnections();
+
+  // One registered range and the transport handles made for it, per connection.
+  struct Registration {
+    uint64_t id = 0;
+    uintptr_t begin = 0, end = 0;
+    bool internal = false;            // Loom's scratch block: not the user's to deregister
+    bool warned = false;              // a regMr failure was logged
+    std::map<void*, void*> mhandles;  // connection -> regMr's handle (nullptr: regMr failed)
+  };
+  uint64_t addRegistration(uintptr_t begin, size_t size, bool internal);
+  // Caller holds regMu_; false when id is not registered.
+  bool dropRegistrationLocked(uint64_t id);
+  // deregMr of every handle made on the network connections (before they close).
+  void releaseNetHandles();
+  mutable std::mutex regMu_;  // the executor reads the map; loomCommDeregister may run elsewhere
+  std::multimap<uintptr_t, std::unique_ptr<Registration>> regs_;  // by begin
+  std::map<uint64_t, Registration*> regById_;
+  std::set<uint64_t> deregistered_;  // recent ids, to tell "deregistered twice" (bounded)
+  size_t regMaxLen_ = 0;             // the longest range registered since the map was empty
+  uint64_t scratchRegId_ = 0;
 
   int rank_ = 0;
   int nranks_ = 0;

@@ -432,7 +432,11 @@ class Executor {
         if (s.kind == StepKind::kSend) {
           LOOM_ASSIGN(void* sc, comm->sendConn(s.peer, s.channel));
           if (!sc) break;
-          Status st = t->isend(sc, run->ptr(s.src), bytes, run->tag, nullptr, &req);
+          // Registered memory (loomCommRegister, or the scratch block) goes with its handle;
+          // the network transport registers anything else per message.
+          void* mh =
+              t == comm->transport() ? comm->netMemHandle(sc, run->ptr(s.src), bytes) : nullptr;
+          Status st = t->isend(sc, run->ptr(s.src), bytes, run->tag, mh, &req);
           if (!st.isOk()) return peerError(*run, p, st);
         } else {
           LOOM_ASSIGN(void* rc, comm->recvConn(s.peer, s.channel));
@@ -446,7 +450,8 @@ class Executor {
             void* dst = s.kind == StepKind::kRecv ? run->ptr(s.dst)
                                                   : run->staging + pc.stagingOffset * run->elemSize;
             int tag = run->tag;
-            st = t->irecv(rc, 1, &dst, &bytes, &tag, nullptr, &req);
+            void* mh = t == comm->transport() ? comm->netMemHandle(rc, dst, bytes) : nullptr;
+            st = t->irecv(rc, 1, &dst, &bytes, &tag, mh ? &mh : nullptr, &req);
           }
           if (!st.isOk()) return peerError(*run, p, st);
         }

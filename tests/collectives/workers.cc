@@ -1,5 +1,6 @@
 #include "tests/collectives/workers.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "loom/loom.h"
 #include "tests/collectives/harness.h"
@@ -208,6 +210,70 @@ int mixedAllocMode(loomComm_t comm, int rank, int n) {
   return 0;
 }
 
+// Registration over the emulated InfiniBand device (LOOM_NET=ib, LOOM_IBVERBS_LIB naming
+// libloom-fakeverbs.so): allreduces on buffers registered with loomCommRegister make no
+// ibv_reg_mr call once the first one has set up the connections; the same on unregistered
+// buffers do (the transport registers each message), which shows the count can tell them apart.
+// Every result is checked. Prints "reg_mr_calls registered +R unregistered +U".
+int regCountMode(loomComm_t comm, int rank, int n) {
+  const char* lib = getenv("LOOM_IBVERBS_LIB");
+  void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : nullptr;
+  auto count =
+      h ? reinterpret_cast<int (*)(const char*)>(dlsym(h, "loomtest_fakeverbs_count")) : nullptr;
+  if (!count) {
+    fprintf(stderr, "rank %d: no loomtest_fakeverbs_count in LOOM_IBVERBS_LIB=%s\n", rank,
+            lib ? lib : "(unset)");
+    return 5;
+  }
+  const size_t kCount = size_t(1) << 18;  // 1 MiB of floats: many pieces per step
+  const int kIters = 8;
+  std::vector<float> regIn(kCount), regOut(kCount), in(kCount), out(kCount);
+  auto allreduce = [&](std::vector<float>& a, std::vector<float>& b, int it) -> bool {
+    for (size_t i = 0; i < kCount; ++i) a[i] = static_cast<float>(rank + 1 + (i + it) % 5);
+    loomResult_t r = loomAllReduce(a.data(), b.data(), kCount, loomFloat32, loomSum, comm, nullptr);
+    if (r != loomSuccess) {
+      fprintf(stderr, "rank %d: allreduce: %s\n", rank, loomGetLastError());
+      return false;
+    }
+    for (size_t i = 0; i < kCount; ++i) {
+      float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>((i + it) % 5));
+      if (b[i] != want) {
+        fprintf(stderr, "rank %d: iteration %d element %zu is %g, expected %g\n", rank, it, i, b[i],
+                want);
+        return false;
+      }
+    }
+    return true;
+  };
+  void *hIn = nullptr, *hOut = nullptr;
+  if (loomCommRegister(comm, regIn.data(), kCount * sizeof(float), &hIn) != loomSuccess ||
+      loomCommRegister(comm, regOut.data(), kCount * sizeof(float), &hOut) != loomSuccess) {
+    fprintf(stderr, "rank %d: loomCommRegister: %s\n", rank, loomGetLastError());
+    return 4;
+  }
+  if (!allreduce(regIn, regOut, 0)) return 1;  // connects, and registers once per connection
+  int before = count("reg_mr_calls");
+  for (int it = 1; it <= kIters; ++it)
+    if (!allreduce(regIn, regOut, it)) return 1;
+  int registered = count("reg_mr_calls") - before;
+  int mrsBefore = count("mr");
+  if (loomCommDeregister(comm, hIn) != loomSuccess ||
+      loomCommDeregister(comm, hOut) != loomSuccess) {
+    fprintf(stderr, "rank %d: loomCommDeregister: %s\n", rank, loomGetLastError());
+    return 4;
+  }
+  int mrsAfter = count("mr");
+  if (!allreduce(in, out, 0)) return 1;
+  before = count("reg_mr_calls");
+  for (int it = 1; it <= kIters; ++it)
+    if (!allreduce(in, out, it)) return 1;
+  int unregistered = count("reg_mr_calls") - before;
+  fprintf(stderr, "reg_mr_calls registered +%d unregistered +%d; live MRs %d -> %d at deregister\n",
+          registered, unregistered, mrsBefore, mrsAfter);
+  if (registered != 0 || unregistered <= 0 || mrsAfter >= mrsBefore) return 2;
+  return 0;
+}
+
 }  // namespace
 
 int workerMain() {
@@ -268,6 +334,8 @@ int workerMain() {
     rc = killMode(comm, rank, atoi(mode.c_str() + 10), 16);
   } else if (mode.rfind("killmapped:", 0) == 0) {
     rc = killMode(comm, rank, atoi(mode.c_str() + 11), size_t(4) << 20, true);
+  } else if (mode == "regcount") {
+    rc = regCountMode(comm, rank, n);
   } else if (mode == "mixedalloc") {
     rc = mixedAllocMode(comm, rank, n);
   } else {

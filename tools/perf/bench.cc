@@ -58,6 +58,31 @@ HostBuffer allocBuffer(size_t bytes, bool shared) {
   return HostBuffer(p, BufferDeleter{shared});
 }
 
+// A buffer registered with loomCommRegister (-R, as nccl-tests' -R calls ncclCommRegister),
+// deregistered when this goes, which must be before the buffer is freed and before the
+// communicator is destroyed.
+class Registration {
+ public:
+  Registration() = default;
+  ~Registration() { release(); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+  Status reg(loomComm_t comm, void* p, size_t bytes) {
+    release();
+    comm_ = comm;
+    return loomCall(loomCommRegister(comm, p, bytes, &handle_), "loomCommRegister");
+  }
+  void release() {
+    if (handle_ && loomCommDeregister(comm_, handle_) != loomSuccess)
+      std::fprintf(stderr, "loom-perf: loomCommDeregister: %s\n", loomGetLastError());
+    handle_ = nullptr;
+  }
+
+ private:
+  loomComm_t comm_ = nullptr;
+  void* handle_ = nullptr;
+};
+
 std::string hostName() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
@@ -136,6 +161,11 @@ class Bench {
     if (!send_ || !recv_ || !small_)
       return Status(Code::kSystem, fmt::format("cannot allocate 2 x {} bytes of host memory{}",
                                                bufferBytes_, shared ? " (loomMemAlloc)" : ""));
+    if (shared) {
+      const size_t bytes = std::max<size_t>(bufferBytes_, 1);
+      LOOM_TRY(sendReg_.reg(ctx_.comm, send_.get(), bytes));
+      LOOM_TRY(recvReg_.reg(ctx_.comm, recv_.get(), bytes));
+    }
 
     LOOM_TRY(gatherRanks());
     print(formatHeader(opts_, ranks_));
@@ -413,6 +443,7 @@ class Bench {
   const Options& opts_;
   const RankContext ctx_;
   HostBuffer send_, recv_, small_;
+  Registration sendReg_, recvReg_;  // -R; declared after the buffers: released before them
   size_t bufferBytes_ = 0;
   std::vector<RankInfo> ranks_;
   std::vector<Row> rows_;

@@ -178,8 +178,9 @@ int parseOptions(int argc, char** argv, Options* opts) {
   app.add_option("-G,--cudagraph", cudaGraph, "Accepted for compatibility; ignored");
   app.add_option("-C,--report_cputime", cpuTime, "Accepted for compatibility; ignored");
   app.add_option("-R,--local_register", opts->localRegister,
-                 "1 or 2: buffers from loomMemAlloc (mapped by peers on the host), as nccl-tests "
-                 "uses ncclMemAlloc")
+                 "1 or 2: buffers from loomMemAlloc (mapped by peers on the host) and registered "
+                 "with loomCommRegister (network transports skip per-message registration), as "
+                 "nccl-tests uses ncclMemAlloc and ncclCommRegister")
       ->check(CLI::Range(0, 2));
   app.add_option("-y,--stream_null", streamNull, "Accepted for compatibility; ignored");
   CLI::Option* npOpt =

@@ -45,7 +45,7 @@ struct Options {
   int timeoutSec = 0;  // 0: LOOM_TIMEOUT
   std::string jsonFile;
   int runCycles = 1;      // 0: forever
-  int localRegister = 0;  // -R: 1 or 2 allocate the buffers with loomMemAlloc (ncclMemAlloc's role)
+  int localRegister = 0;  // -R: 1 or 2: buffers from loomMemAlloc, registered with loomCommRegister
 
   // Loom additions.
   int np = 0;  // > 0: spawn that many local ranks

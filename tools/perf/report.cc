@@ -48,7 +48,10 @@ std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks
       opts.nThreads, opts.nGpus, opts.minBytes, opts.maxBytes,
       factor ? opts.stepFactor : opts.stepBytes, factor ? "factor" : "bytes", opts.warmupIters,
       opts.iters, opts.aggIters, opts.check, 0);
-  if (opts.localRegister) out += "# Buffers from loomMemAlloc (-R): peers on this host map them\n";
+  if (opts.localRegister)
+    out +=
+        "# Buffers from loomMemAlloc and registered with loomCommRegister (-R): peers on this "
+        "host map them\n";
   if (opts.blocking)
     out += "# Blocking Enabled: wait for completion and barrier after each collective \n";
   out += "#\n";

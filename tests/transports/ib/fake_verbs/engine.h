@@ -270,6 +270,7 @@ struct Engine {
   bool timerWork = false;
 
   std::atomic<int> nContexts{0}, nPds{0}, nMrs{0}, nCqs{0}, nQps{0};
+  std::atomic<int> nRegMrCalls{0};  // ibv_reg_mr calls since the process started
 };
 
 // The process's engine, created on first use (and afresh in a forked child).

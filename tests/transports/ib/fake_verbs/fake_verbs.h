@@ -88,8 +88,10 @@ int loomtest_fakeverbs_set_port_state(const char* dev, int port, int active);
 // to the error state (flushed), its ports down. Returns 0, or -1 when no such device exists.
 int loomtest_fakeverbs_device_fatal(const char* dev);
 
-// How many objects of a kind are alive in this process: "context", "pd", "mr", "cq", "qp".
-// Returns -1 for an unknown kind. For leak checks in tests.
+// How many objects of a kind are alive in this process: "context", "pd", "mr", "cq", "qp"; or,
+// for "reg_mr_calls", how many times ibv_reg_mr was called in this process (failed calls
+// included; never decreases): tests check with it that registered memory is not registered
+// again per message. Returns -1 for an unknown kind. For leak checks in tests.
 int loomtest_fakeverbs_count(const char* kind);
 
 typedef int (*loomtest_fakeverbs_set_port_state_fn)(const char*, int, int);

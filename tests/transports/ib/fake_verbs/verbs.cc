@@ -350,6 +350,7 @@ bool accessValid(int access) {
 }  // namespace
 
 ibv_mr* ibv_reg_mr(ibv_pd* ibpd, void* addr, size_t length, int access) {
+  engine().nRegMrCalls.fetch_add(1);
   Pd* pd = pdOf(ibpd);
   if (!deviceAlive(pd->ctx)) return nullptr;
   if (!accessValid(access) || (addr == nullptr && length != 0)) {
@@ -617,6 +618,7 @@ int loomtest_fakeverbs_count(const char* kind) {
   if (k == "mr") return e.nMrs.load();
   if (k == "cq") return e.nCqs.load();
   if (k == "qp") return e.nQps.load();
+  if (k == "reg_mr_calls") return e.nRegMrCalls.load();
   return -1;
 }
 
