@@ -188,8 +188,9 @@ typedef struct {
 } loomPlanCandidate_t;
 
 typedef struct {
-  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": the direct schedule, run
-                         in one pass when every rank's buffers can be mapped (decided per call) */
+  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": one pass over the peers'
+                         buffers when every rank's can be mapped (decided per call), else
+                         `algorithm` */
   char algorithm[32]; /* the schedule that runs (or would, when the path is not "schedule") */
   char source[16];    /* "model", "tuning", or "rule" (LOOM_PLANNER=0) */
   double predictedUs; /* the model's time for that algorithm; < 0: not priced */

@@ -84,9 +84,16 @@ const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX", ParamType::kSize, "1G",
                           "size, the ring above it; 0: always the ring"};
 const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
                        "Collectives whose ranks all share a host and whose buffers every rank can "
-                       "map (threads of one process, or loomMemAlloc memory) run in one pass: "
-                       "each rank reduces its slice from its peers' buffers and writes the result "
-                       "into every peer's output; 0: through the transport"};
+                       "reach (threads of one process, loomMemAlloc memory, or plain memory with "
+                       "LOOM_SHM_MAPPED_CMA) run in one pass where the planner chose the direct "
+                       "algorithm or prices one pass cheaper: each rank reduces its slice from its "
+                       "peers' buffers and writes the result into every peer's output; 0: through "
+                       "the transport"};
+const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",
+                          "The one-pass collectives (LOOM_SHM_MAPPED) also reach plain buffers of "
+                          "other processes on the host, through process_vm_readv/writev where "
+                          "ptrace rules allow it (not with LOOM_SHM_SINGLE_COPY=0); 0: only mapped "
+                          "(loomMemAlloc) buffers"};
 const Param kPlanner{
     "LOOM_PLANNER", ParamType::kBool, "1",
     "Choose each collective's algorithm with the cost model (and LOOM_TUNING_FILE); "
@@ -149,55 +156,20 @@ const Param kDmabufEnable{"LOOM_DMABUF_ENABLE", ParamType::kBool, "1",
 const Param kIbGdrFlushDisable{"LOOM_IB_GDR_FLUSH_DISABLE", ParamType::kBool, "0",
                                "Skip the RDMA-read flush after GPUDirect receives"};
 
-const Param* const kAll[] = {&kDebug,
-                             &kDebugSubsys,
-                             &kDebugFile,
-                             &kTimeout,
-                             &kCommId,
-                             &kHostId,
-                             &kCommSecret,
-                             &kBootstrapPortOffset,
-                             &kSocketIfname,
-                             &kSocketFamily,
-                             &kTopoFile,
-                             &kTopoDumpFile,
-                             &kSocketNsocks,
-                             &kSocketNthreads,
-                             &kSocketMinSplit,
-                             &kChunkSize,
-                             &kAllReduceRdMax,
-                             &kMaxInflight,
-                             &kSpinUs,
-                             &kShmDisable,
-                             &kShmSingleCopy,
-                             &kShmSlotSize,
-                             &kShmSlots,
-                             &kShmRtsMin,
-                             &kShmLlMax,
-                             &kShmDirectMax,
-                             &kShmMapped,
-                             &kAlgo,
-                             &kRingChannels,
-                             &kPlanner,
-                             &kTuningFile,
-                             &kModelNetMbps,
-                             &kModelNetLatUs,
-                             &kModelShmLatUs,
-                             &kNet,
-                             &kNetPlugin,
-                             &kIbverbsLib,
-                             &kIbHca,
-                             &kIbQpsPerConnection,
-                             &kIbGidIndex,
-                             &kIbRoceVersion,
-                             &kIbTc,
-                             &kIbSl,
-                             &kIbTimeout,
-                             &kIbRetryCnt,
-                             &kIbPkey,
-                             &kNetGdrLevel,
-                             &kDmabufEnable,
-                             &kIbGdrFlushDisable};
+const Param* const kAll[] = {
+    &kDebug,          &kDebugSubsys,      &kDebugFile,      &kTimeout,
+    &kCommId,         &kHostId,           &kCommSecret,     &kBootstrapPortOffset,
+    &kSocketIfname,   &kSocketFamily,     &kTopoFile,       &kTopoDumpFile,
+    &kSocketNsocks,   &kSocketNthreads,   &kSocketMinSplit, &kChunkSize,
+    &kAllReduceRdMax, &kMaxInflight,      &kSpinUs,         &kShmDisable,
+    &kShmSingleCopy,  &kShmSlotSize,      &kShmSlots,       &kShmRtsMin,
+    &kShmLlMax,       &kShmDirectMax,     &kShmMapped,      &kShmMappedCma,
+    &kAlgo,           &kRingChannels,     &kPlanner,        &kTuningFile,
+    &kModelNetMbps,   &kModelNetLatUs,    &kModelShmLatUs,  &kNet,
+    &kNetPlugin,      &kIbverbsLib,       &kIbHca,          &kIbQpsPerConnection,
+    &kIbGidIndex,     &kIbRoceVersion,    &kIbTc,           &kIbSl,
+    &kIbTimeout,      &kIbRetryCnt,       &kIbPkey,         &kNetGdrLevel,
+    &kDmabufEnable,   &kIbGdrFlushDisable};
 }  // namespace params
 
 namespace {

@@ -80,6 +80,7 @@ extern const Param kShmRtsMin;
 extern const Param kShmLlMax;
 extern const Param kShmDirectMax;
 extern const Param kShmMapped;
+extern const Param kShmMappedCma;
 extern const Param kPlanner;
 extern const Param kTuningFile;
 extern const Param kModelNetMbps;

@@ -338,7 +338,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
         out.allowed = pc.allowed ? 1 : 0;
       }
     }
-    if (std::string(info->path) == "schedule" && algo == "direct" && sharedDirectEligible(*cm, op))
+    // The one pass runs where every rank's buffers can be mapped; otherwise the schedule above.
+    if (std::string(info->path) == "schedule" && sharedDirectUse(*cm, op) != SharedDirectUse::kNone)
       copyName(info->path, sizeof(info->path), "schedule/mapped");
     return Status();
   });

@@ -448,6 +448,17 @@ Result<Plan> Comm::planFor(const CollArgs& args, size_t elemSize, const AlgoFilt
   return plan;
 }
 
+bool Comm::mappedAttemptDue() {
+  if (mappedSkip_ == 0) return true;
+  --mappedSkip_;
+  return false;
+}
+
+void Comm::noteMappedAttempt(bool ran) {
+  mappedBackoff_ = ran ? 0 : std::min(256, std::max(1, mappedBackoff_ * 2));
+  mappedSkip_ = mappedBackoff_;
+}
+
 Status Comm::initShm() {
   localIndex_.assign(nranks_, -1);
   if (nranks_ < 2) return Status();
@@ -468,6 +479,7 @@ Status Comm::initShm() {
   opts.singleCopyThreads = single >= 1;
   opts.singleCopyProcesses = single >= 2;
   opts.singleCopyMapped = single >= 1;
+  opts.cmaOnePass = single >= 1 && params::kShmMapped.asBool() && params::kShmMappedCma.asBool();
   opts.yieldWhenIdle = yieldWhenIdle_;
   opts = shm::fitOptions(n, opts);
   size_t bytes = shm::segmentBytes(n, opts);
@@ -705,6 +717,25 @@ Status Comm::awaitRemoteFailure(int ms) {
     if (!st.isOk() || d.expired()) return st;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+bool Comm::isClosedPeer(const std::string& message) {
+  return message.find("closed") != std::string::npos ||
+         message.find("reset") != std::string::npos ||
+         message.find("process is gone") != std::string::npos;
+}
+
+std::string Comm::closedPeerHint() {
+  // The rank that closed may have failed because of another one: its report names the cause.
+  Status remote = awaitRemoteFailure(250);
+  std::string dead = deadPeers();
+  if (!remote.isOk()) return "; " + remote.message() + (dead.empty() ? "" : "; " + dead);
+  return dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
+}
+
+Status Comm::explainLocalWait(Status st, const std::string& what) {
+  if (isClosedPeer(st.message())) st = Status(st.code(), st.message() + closedPeerHint());
+  return st.withContext(what);
 }
 
 Status Comm::asyncError() const {

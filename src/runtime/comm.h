@@ -121,6 +121,14 @@ class Comm {
   // fails reports why over the bootstrap ring before it closes its data connections, but the
   // close can arrive first. Returns the report (naming the rank that failed first), or OK.
   Status awaitRemoteFailure(int ms);
+  // Whether a transport error says the peer closed its end (or reset it, or its process is gone).
+  static bool isClosedPeer(const std::string& message);
+  // What to add to such an error: the failure report that explains why the peer closed (it may
+  // have failed because of another rank), waited for up to 250 ms, and the ranks known dead.
+  std::string closedPeerHint();
+  // st from a wait on shared-memory flags (the low-latency and one-pass paths), explained as
+  // above and prefixed with what.
+  Status explainLocalWait(Status st, const std::string& what);
   bool aborted() const { return abort_.load(std::memory_order_acquire); }
   const std::atomic<bool>* abortFlag() const { return &abort_; }
   // Sets the abort flag and wakes blocked calls; safe from any thread.
@@ -163,6 +171,12 @@ class Comm {
   int64_t spinNs() const { return spinNs_; }
   // More ranks of this host than usable CPUs: waits yield the core between polls.
   bool yieldWhenIdle() const { return yieldWhenIdle_; }
+  // One-pass attempts the model suggested on buffers of unknown kind (shared_direct.h). An attempt
+  // that finds some rank's buffers unmappable costs a flag round; after each such miss the next
+  // 1, 2, 4 ... 256 candidate calls skip the attempt. Every rank sees the same outcome of every
+  // attempt, so every rank skips the same calls. mappedAttemptDue consumes one skip.
+  bool mappedAttemptDue();
+  void noteMappedAttempt(bool ran);
 
  private:
   Comm() = default;
@@ -223,6 +237,7 @@ class Comm {
   int64_t lastFailurePoll_ = 0;
   int64_t spinNs_ = 0;
   bool yieldWhenIdle_ = false;
+  int mappedSkip_ = 0, mappedBackoff_ = 0;
   std::unique_ptr<shm::Transport> shm_;
   std::vector<int> localIndex_;  // rank -> index among the ranks on shared memory, or -1
   uint64_t llSeq_ = 0;

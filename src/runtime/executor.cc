@@ -78,7 +78,7 @@ static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
 }
 
 // LOOM_ALGO, parsed once per distinct value.
-static Result<std::shared_ptr<const AlgoFilter>> currentFilter() {
+Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter() {
   static std::mutex mu;
   static std::string lastSpec;
   static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
@@ -98,7 +98,7 @@ static Result<std::shared_ptr<const AlgoFilter>> currentFilter() {
 
 Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op) {
   if (op.coll == CollKind::kSendRecv) return std::string("p2p");
-  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentFilter());
+  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentAlgoFilter());
   if (!params::kPlanner.asBool() || !comm.planner() || comm.nranks() < 2)
     return f->choose(op.coll, defaultChoice(op, comm.nranks(), comm.allLocal()));
   CollArgs a;
@@ -561,15 +561,8 @@ class Executor {
     const Step& s = r.plan->lowered.pieces[p].step;
     std::string hint;
     const std::string& m = st.message();
-    if (m.find("closed") != std::string::npos || m.find("reset") != std::string::npos) {
-      // The rank that closed may have failed because of another one: its report names the cause.
-      Status remote = r.comm->awaitRemoteFailure(250);
-      std::string dead = r.comm->deadPeers();
-      if (!remote.isOk()) {
-        hint = "; " + remote.message() + (dead.empty() ? "" : "; " + dead);
-      } else {
-        hint = dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
-      }
+    if (Comm::isClosedPeer(m)) {
+      hint = r.comm->closedPeerHint();
     } else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
       hint =
           " (the ranks called different collectives, or with different counts, datatypes, ops "
@@ -686,10 +679,16 @@ Status executeOps(const std::vector<QueuedOp>& ops) {
   if (ops.empty()) return Status();
   if (ops.size() == 1 && lowLatencyEligible(*ops[0].comm, ops[0].args))
     return runLowLatency(ops[0].comm, ops[0].args);
-  if (ops.size() == 1 && sharedDirectEligible(*ops[0].comm, ops[0].args)) {
-    bool ran = false;
-    LOOM_TRY(runSharedDirect(ops[0].comm, ops[0].args, &ran));
-    if (ran) return Status();
+  if (ops.size() == 1) {
+    Comm* comm = ops[0].comm;
+    SharedDirectUse use = sharedDirectUse(*comm, ops[0].args);
+    if (use == SharedDirectUse::kPlanned ||
+        (use == SharedDirectUse::kCheaper && comm->mappedAttemptDue())) {
+      bool ran = false;
+      LOOM_TRY(runSharedDirect(comm, ops[0].args, &ran));
+      if (use == SharedDirectUse::kCheaper) comm->noteMappedAttempt(ran);
+      if (ran) return Status();
+    }
   }
   Executor ex(ops);
   return ex.run();

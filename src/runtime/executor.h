@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "algorithms/algo_filter.h"
 #include "algorithms/schedule.h"
 #include "loom/loom.h"
 #include "src/core/status.h"
@@ -75,6 +76,8 @@ class PlanCache {
 // LOOM_PLANNER=0, a fixed size rule). Every rank derives the same from the same arguments, the
 // exchanged topology and parameters.
 Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op);
+// LOOM_ALGO's filter, parsed once per distinct value (an error names a bad spec).
+Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter();
 
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);

@@ -49,7 +49,7 @@ Status runLowLatency(Comm* comm, const OpArgs& op) {
   t->llPublish(seq, bytes, signature);
   Status st = t->llWaitAll(seq, signature, comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) {
-    st = st.withContext(std::string(collName(op.coll)) + " (low-latency path)");
+    st = comm->explainLocalWait(st, std::string(collName(op.coll)) + " (low-latency path)");
     comm->fail(st);
     return st;
   }

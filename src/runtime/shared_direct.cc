@@ -1,9 +1,13 @@
 #include "src/runtime/shared_direct.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -22,17 +26,83 @@ namespace {
 
 // What a rank publishes in the first round (its low-latency buffer holds it).
 struct Record {
-  uint32_t ok;  // its buffers can be reached by every peer
   uint32_t pid;
-  uint64_t inAddr, outAddr;      // in its own address space (for peers in its process)
+  uint32_t pad;
+  uint64_t inAddr, outAddr;      // in its own address space
   uint64_t inSerial, outSerial;  // shared allocations (0: none)
   uint32_t inFd, outFd;
   uint64_t inOff, outOff;
 };
 static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
 
-// Sub-blocks reduced in a cache-resident buffer and then copied to every output.
+// Tiles reduced in a cache-resident buffer and then copied to every output. Larger when a peer is
+// reached through system calls (process_vm_readv/writev), to spread their cost.
 constexpr size_t kTileBytes = 32 << 10;
+constexpr size_t kCmaTileBytes = 256 << 10;
+constexpr double kCmaFactor = 1.3;
+
+// How this rank reaches one buffer of one rank: a pointer in this address space (its own, a
+// thread's, or a mapping of a loomMemAlloc allocation), else an address in process `pid`.
+struct PeerBuf {
+  char* ptr = nullptr;
+  uint64_t remote = 0;
+  int pid = 0;
+  int rank = 0;
+  bool local() const { return ptr != nullptr; }
+};
+
+Status cmaError(const char* call, const PeerBuf& b, size_t bytes) {
+  int err = errno;
+  return makeError(err == ESRCH ? Code::kRemote : Code::kSystem,
+                   "{} of {} bytes at {:#x} in rank {} (pid {}) failed: {}", call, bytes, b.remote,
+                   b.rank, b.pid, err == ESRCH ? "that process is gone" : std::strerror(err));
+}
+
+// bytes at offset off of b: b's own memory when this process can address it, else read into stage.
+Result<const char*> readFrom(const PeerBuf& b, size_t off, size_t bytes, char* stage) {
+  if (b.local()) return static_cast<const char*>(b.ptr + off);
+  for (size_t done = 0; done < bytes;) {
+    iovec l{stage + done, bytes - done},
+        r{reinterpret_cast<void*>(b.remote + off + done), bytes - done};
+    ssize_t got = process_vm_readv(b.pid, &l, 1, &r, 1, 0);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      return cmaError("process_vm_readv", b, bytes);
+    }
+    done += static_cast<size_t>(got);
+  }
+  return static_cast<const char*>(stage);
+}
+
+Status writeTo(const PeerBuf& b, size_t off, const char* src, size_t bytes) {
+  if (b.local()) {
+    if (b.ptr + off != src) std::memcpy(b.ptr + off, src, bytes);
+    return Status();
+  }
+  for (size_t done = 0; done < bytes;) {
+    iovec l{const_cast<char*>(src) + done, bytes - done},
+        r{reinterpret_cast<void*>(b.remote + off + done), bytes - done};
+    ssize_t put = process_vm_writev(b.pid, &l, 1, &r, 1, 0);
+    if (put <= 0) {
+      if (put < 0 && errno == EINTR) continue;
+      return cmaError("process_vm_writev", b, bytes);
+    }
+    done += static_cast<size_t>(put);
+  }
+  return Status();
+}
+
+// Three tiles (the result and two staged peer reads), 64-byte aligned, per thread.
+char* tiles(size_t tileBytes) {
+  static thread_local std::unique_ptr<char[]> mem;
+  static thread_local size_t have = 0;
+  if (have < 3 * tileBytes) {
+    mem.reset(new char[3 * tileBytes + 64]);
+    have = 3 * tileBytes;
+  }
+  auto p = reinterpret_cast<uintptr_t>(mem.get());
+  return reinterpret_cast<char*>((p + 63) & ~static_cast<uintptr_t>(63));
+}
 
 struct Layout {
   size_t inBytes = 0, outBytes = 0;
@@ -70,16 +140,167 @@ uint64_t roundSignature(const OpArgs& op, uint64_t round) {
 
 }  // namespace
 
-bool sharedDirectEligible(Comm& comm, const OpArgs& op) {
-  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return false;
-  if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return false;
+// This rank's share of op, over every rank's buffers (ins/outs: unused ones are empty).
+Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
+               const std::vector<PeerBuf>& outs, size_t tileBytes) {
+  const size_t es = dataTypeSize(op.dtype);
+  const size_t c = op.count;
+  const loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
+  char* tile = tiles(tileBytes);
+  char* stageA = tile + tileBytes;
+  char* stageB = stageA + tileBytes;
+  const size_t tileElems = tileBytes / es;
+  // acc = in_0 (op) in_1 (op) ... at element offset off, len elements (rank order: every rank
+  // and every run gets the same bits).
+  auto reduceInto = [&](char* acc, size_t off, size_t len) -> Status {
+    size_t b = off * es, bytes = len * es;
+    LOOM_ASSIGN(const char* a, readFrom(ins[0], b, bytes, stageA));
+    LOOM_ASSIGN(const char* x, readFrom(ins[1], b, bytes, stageB));
+    reduceBuffers(acc, a, x, len, op.dtype, rop);
+    for (int r = 2; r < n; ++r) {
+      LOOM_ASSIGN(x, readFrom(ins[r], b, bytes, stageA));
+      reduceBuffers(acc, acc, x, len, op.dtype, rop);
+    }
+    if (op.op == loomAvg) finishAverage(acc, len, op.dtype, n);
+    return Status();
+  };
+  // The result accumulates in this rank's own output where that saves a copy: not in place with
+  // more than two ranks, where the first step would overwrite this rank's input before the step
+  // that reads it.
+  const bool accInOut = !op.inPlace || n == 2;
+  const Block blk = evenBlock(c, n, me);
+  switch (op.coll) {
+    case CollKind::kAllReduce:
+    case CollKind::kReduce: {
+      const bool ownOut = op.coll == CollKind::kAllReduce || me == op.root;
+      for (size_t o = 0; o < blk.count; o += tileElems) {
+        size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
+        char* acc = ownOut && accInOut ? outs[me].ptr + b : tile;
+        LOOM_TRY(reduceInto(acc, blk.offset + o, len));
+        for (int r = 0; r < n; ++r) {
+          if (op.coll == CollKind::kReduce && r != op.root) continue;
+          LOOM_TRY(writeTo(outs[r], b, acc, len * es));
+        }
+      }
+      return Status();
+    }
+    case CollKind::kReduceScatter:
+      // Rank me's output is block me of the reduction of everyone's input (count elements each).
+      for (size_t o = 0; o < c; o += tileElems) {
+        size_t len = std::min(tileElems, c - o);
+        char* acc = accInOut ? outs[me].ptr + o * es : tile;
+        LOOM_TRY(reduceInto(acc, static_cast<size_t>(me) * c + o, len));
+        LOOM_TRY(writeTo(outs[me], o * es, acc, len * es));
+      }
+      return Status();
+    case CollKind::kBroadcast:
+      // Slice me of the root's buffer into every output (the root's own, in place, is there).
+      for (size_t o = 0; o < blk.count; o += tileElems) {
+        size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
+        LOOM_ASSIGN(const char* src, readFrom(ins[op.root], b, len * es, stageA));
+        for (int r = 0; r < n; ++r) {
+          if (r == op.root && outs[r].remote == ins[r].remote) continue;
+          LOOM_TRY(writeTo(outs[r], b, src, len * es));
+        }
+      }
+      return Status();
+    case CollKind::kAllGather:
+      // This rank's input into block me of every output (its own, in place, is there).
+      for (int r = 0; r < n; ++r) {
+        size_t b = static_cast<size_t>(me) * c * es;
+        if (r == me && outs[r].remote + b == ins[me].remote) continue;
+        LOOM_TRY(writeTo(outs[r], b, ins[me].ptr, c * es));
+      }
+      return Status();
+    case CollKind::kAllToAll:
+      // Block r of this rank's input goes to block me of rank r's output (out of place only).
+      for (int r = 0; r < n; ++r)
+        LOOM_TRY(writeTo(outs[r], static_cast<size_t>(me) * c * es,
+                         ins[me].ptr + static_cast<size_t>(r) * c * es, c * es));
+      return Status();
+    default:
+      return LOOM_ERROR(kInternal, "{} has no one-pass path", collName(op.coll));
+  }
+}
+
+double sharedDirectSeconds(Comm& comm, const OpArgs& op) {
+  const Planner* planner = comm.planner();
+  if (!planner || planner->machine().memBytesPerSec <= 0) return -1;
+  const int n = comm.nranks();
+  const double es = static_cast<double>(dataTypeSize(op.dtype));
+  const double c = static_cast<double>(op.count), dn = static_cast<double>(n);
+  const double slice = std::ceil(c / dn) * es;  // one rank's share of a count-element buffer
+  double reads = 0, writes = 0;                 // by the busiest rank
+  switch (op.coll) {
+    case CollKind::kAllReduce:
+      reads = writes = dn * slice;
+      break;
+    case CollKind::kReduce:
+      reads = dn * slice;
+      writes = slice;
+      break;
+    case CollKind::kReduceScatter:
+      reads = dn * c * es;
+      writes = c * es;
+      break;
+    case CollKind::kAllGather:
+      reads = c * es;
+      writes = dn * c * es;
+      break;
+    case CollKind::kBroadcast:
+      reads = slice;
+      writes = dn * slice;
+      break;
+    case CollKind::kAllToAll:
+      reads = writes = dn * c * es;
+      break;
+    default:
+      return -1;
+  }
+  const CostMachine& m = planner->machine();
+  // A copy of b bytes (b read, b written) takes b / memBytesPerSec: traffic moves at twice that.
+  // Peers reached through process_vm_readv/writev cost their page pinning and a pass through the
+  // staging tile: kCmaFactor, measured on a 2-core Xeon VM (bench: loom-perf -np 2, malloc vs
+  // loomMemAlloc buffers).
+  double seconds = (reads + writes) / (2 * m.memBytesPerSec);
+  bool allMapped = false;
+  if (comm.shm() && comm.shm()->everyPairCanReach(&allMapped) && !allMapped) seconds *= kCmaFactor;
+  return seconds + 2 * m.intra.alphaSec;
+}
+
+SharedDirectUse sharedDirectUse(Comm& comm, const OpArgs& op) {
+  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return SharedDirectUse::kNone;
+  if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return SharedDirectUse::kNone;
   // In place, an AllToAll's blocks would be overwritten before their owner sent them.
-  if (op.coll == CollKind::kAllToAll && op.inPlace) return false;
-  if (comm.shm()->options().llBytes < sizeof(Record)) return false;
-  // Only where the planner would run the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX
-  // apply): a forced ring stays a ring.
+  if (op.coll == CollKind::kAllToAll && op.inPlace) return SharedDirectUse::kNone;
+  if (comm.shm()->options().llBytes < sizeof(Record)) return SharedDirectUse::kNone;
+  // Where the planner runs the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX apply); a
+  // forced ring stays a ring.
   Result<std::string> algo = chooseAlgorithm(comm, op);
-  return algo.isOk() && algo.value() == "direct";
+  if (!algo.isOk()) return SharedDirectUse::kNone;
+  if (algo.value() == "direct") return SharedDirectUse::kPlanned;
+  // Elsewhere only when the model prefers one pass, LOOM_ALGO allows "direct", the size is within
+  // LOOM_SHM_DIRECT_MAX, single copy is on, and every pair of processes can reach each other's
+  // allocations.
+  bool allMapped = false;
+  size_t bytes = op.count * dataTypeSize(op.dtype);
+  if (!params::kPlanner.asBool() || !comm.planner() || params::kShmSingleCopy.asInt() < 1 ||
+      bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
+      !comm.shm()->everyPairCanReach(&allMapped))
+    return SharedDirectUse::kNone;
+  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter();
+  if (!f.isOk() || !f.value()->allows(op.coll, "direct")) return SharedDirectUse::kNone;
+  CollArgs a;
+  a.coll = op.coll;
+  a.nranks = comm.nranks();
+  a.count = op.count;
+  a.root = op.root;
+  a.inPlace = op.inPlace;
+  Result<Plan> plan = comm.planFor(a, dataTypeSize(op.dtype), *f.value());
+  if (!plan.isOk() || plan.value().source != std::string("model")) return SharedDirectUse::kNone;
+  double onePass = sharedDirectSeconds(comm, op);
+  return onePass >= 0 && onePass < plan.value().predictedSec ? SharedDirectUse::kCheaper
+                                                             : SharedDirectUse::kNone;
 }
 
 Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
@@ -91,137 +312,89 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
   const char* in = static_cast<const char*>(op.sendbuff);
   char* out = static_cast<char*>(op.recvbuff);
 
-  // Round 1: publish the buffers and whether every peer can reach them.
+  // Round 1: publish the buffers (and their shared allocations, if any).
   Record rec{};
   rec.pid = static_cast<uint32_t>(myPid);
   rec.inAddr = reinterpret_cast<uint64_t>(in);
   rec.outAddr = reinterpret_cast<uint64_t>(out);
-  bool allThreads = true, allMap = true;
-  for (int i = 0; i < n; ++i) {
-    if (i == me || t->peerPid(i) == myPid) continue;
-    allThreads = false;
-    if (!t->canMapShared(i, me)) allMap = false;
-  }
-  bool ok = allThreads;
-  if (!ok && allMap) {
-    shm::SharedRef ri, ro;
-    ok = (!mine.usesIn || mine.inBytes == 0 || shm::findShared(in, mine.inBytes, &ri)) &&
-         (!mine.usesOut || mine.outBytes == 0 || shm::findShared(out, mine.outBytes, &ro));
+  shm::SharedRef ri, ro;
+  if (mine.usesIn && mine.inBytes && shm::findShared(in, mine.inBytes, &ri)) {
     rec.inSerial = ri.serial;
-    rec.outSerial = ro.serial;
     rec.inFd = static_cast<uint32_t>(ri.fd);
-    rec.outFd = static_cast<uint32_t>(ro.fd);
     rec.inOff = ri.offset;
+  }
+  if (mine.usesOut && mine.outBytes && shm::findShared(out, mine.outBytes, &ro)) {
+    rec.outSerial = ro.serial;
+    rec.outFd = static_cast<uint32_t>(ro.fd);
     rec.outOff = ro.offset;
   }
-  rec.ok = ok ? 1 : 0;
   uint64_t seq = comm->nextLlSeq();
   std::memcpy(t->llBuffer(me, seq), &rec, sizeof(rec));
   t->llPublish(seq, sizeof(rec), roundSignature(op, 1));
   auto failed = [&](Status st) {
-    st = st.withContext(std::string(collName(op.coll)) + " (direct path over mapped buffers)");
+    t->endOnePass();  // first: a peer failing too waits for it (Transport::setState)
+    st = comm->explainLocalWait(
+        st, std::string(collName(op.coll)) + " (one pass over the peers' buffers)");
     comm->fail(st);
     return st;
   };
   Status st = t->llWaitAll(seq, roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   std::vector<Record> recs(static_cast<size_t>(n));
-  bool everyone = true;
-  for (int i = 0; i < n; ++i) {
-    std::memcpy(&recs[i], t->llBuffer(i, seq), sizeof(Record));
-    everyone = everyone && recs[i].ok;
-  }
-  if (!everyone) return Status();  // every rank sees the same records: all fall back together
+  for (int i = 0; i < n; ++i) std::memcpy(&recs[i], t->llBuffer(i, seq), sizeof(Record));
 
-  // Every peer's buffers in this address space.
-  std::vector<const char*> ins(static_cast<size_t>(n));
-  std::vector<char*> outs(static_cast<size_t>(n));
+  // Can every rank reach every rank's buffers? Every rank answers for every pair from the same
+  // records and the same probe matrix, so all run this path or all fall back together.
+  auto reach = [&](int reader, int owner, uint64_t serial) {
+    return recs[reader].pid == recs[owner].pid || (serial && t->canMapShared(reader, owner)) ||
+           t->canCma(reader, owner);
+  };
+  for (int r = 0; r < n; ++r)
+    for (int o = 0; o < n; ++o) {
+      Layout l = layoutOf(op, o, n);
+      if ((l.usesIn && l.inBytes && !reach(r, o, recs[o].inSerial)) ||
+          (l.usesOut && l.outBytes && !reach(r, o, recs[o].outSerial)))
+        return Status();
+    }
+
+  // From here this rank may touch its peers' buffers: a peer that fails from now on waits until
+  // endOnePass before its caller may free them.
+  st = t->beginOnePass();
+  if (!st.isOk()) return failed(st);
+
+  // Every rank's buffers as this rank reaches them.
+  std::vector<PeerBuf> ins(static_cast<size_t>(n)), outs(static_cast<size_t>(n));
+  bool anyCma = false, anyMapped = false;
   for (int i = 0; i < n; ++i) {
     const Record& r = recs[i];
     Layout l = layoutOf(op, i, n);
-    if (i == me || static_cast<int>(r.pid) == myPid) {
-      ins[i] = reinterpret_cast<const char*>(r.inAddr);
-      outs[i] = reinterpret_cast<char*>(r.outAddr);
-      continue;
-    }
+    auto place = [&](PeerBuf* b, uint64_t addr, uint64_t serial, uint32_t fd, uint64_t off,
+                     size_t bytes) -> Status {
+      b->pid = static_cast<int>(r.pid);
+      b->rank = i;
+      b->remote = addr;
+      if (static_cast<int>(r.pid) == myPid) {
+        b->ptr = reinterpret_cast<char*>(addr);
+      } else if (serial && t->canMapShared(me, i)) {
+        LOOM_ASSIGN(b->ptr, t->mapPeerShared(i, {serial, static_cast<int>(fd), off}, bytes));
+        anyMapped = true;
+      } else {
+        anyCma = true;
+      }
+      return Status();
+    };
     if (l.usesIn && l.inBytes) {
-      Result<char*> m =
-          t->mapPeerShared(i, {r.inSerial, static_cast<int>(r.inFd), r.inOff}, l.inBytes);
-      if (!m.isOk()) return failed(m.status());
-      ins[i] = m.value();
+      st = place(&ins[i], r.inAddr, r.inSerial, r.inFd, r.inOff, l.inBytes);
+      if (!st.isOk()) return failed(st);
     }
     if (l.usesOut && l.outBytes) {
-      Result<char*> m =
-          t->mapPeerShared(i, {r.outSerial, static_cast<int>(r.outFd), r.outOff}, l.outBytes);
-      if (!m.isOk()) return failed(m.status());
-      outs[i] = m.value();
+      st = place(&outs[i], r.outAddr, r.outSerial, r.outFd, r.outOff, l.outBytes);
+      if (!st.isOk()) return failed(st);
     }
   }
-
-  // This rank's share of the work.
-  const size_t es = dataTypeSize(op.dtype);
-  const size_t c = op.count;
-  const loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
-  alignas(64) static thread_local char tile[kTileBytes];
-  const size_t tileElems = kTileBytes / es;
-  // tile = in_0 (op) in_1 (op) ... at element offset off, len elements (rank order: every rank
-  // and every run gets the same bits).
-  auto reduceTile = [&](size_t off, size_t len) {
-    size_t b = off * es;
-    reduceBuffers(tile, ins[0] + b, ins[1] + b, len, op.dtype, rop);
-    for (int r = 2; r < n; ++r) reduceBuffers(tile, tile, ins[r] + b, len, op.dtype, rop);
-    if (op.op == loomAvg) finishAverage(tile, len, op.dtype, n);
-  };
-  const Block blk = evenBlock(c, n, me);
-  switch (op.coll) {
-    case CollKind::kAllReduce:
-    case CollKind::kReduce:
-      for (size_t o = 0; o < blk.count; o += tileElems) {
-        size_t len = std::min(tileElems, blk.count - o);
-        reduceTile(blk.offset + o, len);
-        for (int r = 0; r < n; ++r) {
-          if (op.coll == CollKind::kReduce && r != op.root) continue;
-          std::memcpy(outs[r] + (blk.offset + o) * es, tile, len * es);
-        }
-      }
-      break;
-    case CollKind::kReduceScatter:
-      // Rank me's output is block me of the reduction of everyone's input (count elements each).
-      for (size_t o = 0; o < c; o += tileElems) {
-        size_t len = std::min(tileElems, c - o);
-        reduceTile(static_cast<size_t>(me) * c + o, len);
-        std::memcpy(out + o * es, tile, len * es);
-      }
-      break;
-    case CollKind::kBroadcast:
-      // Slice me of the root's buffer into every output.
-      for (int r = 0; r < n; ++r) {
-        char* dst = outs[r] + blk.offset * es;
-        const char* src = ins[op.root] + blk.offset * es;
-        if (dst != src && blk.count) std::memcpy(dst, src, blk.count * es);
-      }
-      break;
-    case CollKind::kAllGather:
-      // This rank's input into block me of every output.
-      for (int r = 0; r < n; ++r) {
-        char* dst = outs[r] + static_cast<size_t>(me) * c * es;
-        if (dst != in) std::memcpy(dst, in, c * es);
-      }
-      break;
-    case CollKind::kAllToAll:
-      // Block r of this rank's input goes to block me of rank r's output (out of place only).
-      for (int r = 0; r < n; ++r) {
-        if (r == me) continue;
-        std::memcpy(outs[r] + static_cast<size_t>(me) * c * es,
-                    in + static_cast<size_t>(r) * c * es, c * es);
-      }
-      if (outs[me] + static_cast<size_t>(me) * c * es != in + static_cast<size_t>(me) * c * es)
-        std::memcpy(outs[me] + static_cast<size_t>(me) * c * es,
-                    in + static_cast<size_t>(me) * c * es, c * es);
-      break;
-    default:
-      return failed(LOOM_ERROR(kInternal, "{} has no direct path", collName(op.coll)));
-  }
+  st = onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes);
+  if (!st.isOk()) return failed(st);
+  t->endOnePass();
 
   // Round 2: nobody returns (and reuses its buffers) while a peer may still read or write them.
   seq = comm->nextLlSeq();
@@ -231,8 +404,11 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
   *ran = true;
   static std::once_flag logged;
   std::call_once(logged, [&] {
-    LOOM_INFO(kSubShm, "{} of {} bytes ran in one pass over the peers' mapped buffers ({})",
-              collName(op.coll), mine.inBytes, allThreads ? "threads" : "loomMemAlloc");
+    LOOM_INFO(kSubShm, "{} of {} bytes ran in one pass over the peers' buffers ({})",
+              collName(op.coll), mine.inBytes,
+              anyCma      ? "process_vm_readv/writev"
+              : anyMapped ? "mapped loomMemAlloc buffers"
+                          : "threads of one process");
   });
   return Status();
 }

@@ -6,7 +6,13 @@
 // Two flag rounds of the low-latency exchange frame it: the first publishes each rank's buffers
 // (and whether its peers can map them: every rank must agree before anyone touches a peer's
 // memory), the second says every rank is done, so no rank returns while peers still use its
-// buffers. The planner prices it as the "direct" algorithm; LOOM_SHM_MAPPED=0 turns it off.
+// buffers. LOOM_SHM_MAPPED=0 turns it off.
+//
+// When it runs: always where the planner chose the "direct" algorithm; otherwise where the model
+// prices one pass (sharedDirectSeconds) below the planner's choice and every pair of ranks can map
+// each other's allocations. The buffers' kind is known only in the first round, so a call on
+// plain malloc memory pays that round and falls back; the communicator then skips the next
+// attempts with a growing backoff (Comm::mappedAttemptDue).
 #pragma once
 
 #include "src/core/status.h"
@@ -16,9 +22,21 @@ namespace loom {
 
 class Comm;
 
-// True when op may try this path: every rank decides the same from the same arguments and
-// parameters (the buffers are checked by runSharedDirect, which all ranks run together).
-bool sharedDirectEligible(Comm& comm, const OpArgs& op);
+enum class SharedDirectUse {
+  kNone,     // not on this path
+  kPlanned,  // the planner chose "direct": try it, else run the direct schedule
+  kCheaper,  // the model prices one pass below the planner's choice: try it, else run that choice
+};
+
+// Whether op may try this path: every rank decides the same from the same arguments, parameters
+// and exchanged probes (the buffers are checked by runSharedDirect, which all ranks run together).
+// Pure: it changes no state.
+SharedDirectUse sharedDirectUse(Comm& comm, const OpArgs& op);
+
+// The model's time for op in one pass on this communicator: each rank's reads and writes of the
+// peers' buffers at the calibrated copy speed (shared by oversubscribed ranks), plus two flag
+// rounds. Negative when the communicator has no planner.
+double sharedDirectSeconds(Comm& comm, const OpArgs& op);
 
 // Runs op on this path when every rank's buffers can be mapped by its peers; *ran says whether it
 // did (false: nothing happened on any rank; the caller runs op through the executor). On failure

@@ -462,16 +462,40 @@ TEST(Shm, LoomMemAllocBuffersRunInOnePassAndSayIt) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
     EXPECT_NE(res.output[r].find("2 by mapping loomMemAlloc buffers"), std::string::npos)
         << res.output[r];
-    EXPECT_NE(res.output[r].find("one pass over the peers' mapped buffers"), std::string::npos)
+    EXPECT_NE(res.output[r].find("one pass over the peers' buffers (mapped loomMemAlloc"),
+              std::string::npos)
         << res.output[r];
   }
   EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
 }
 
 TEST(Shm, MixedAllocationsFallBackTogether) {
-  WorkerResult res = runWorkers(3, "mixedalloc", {{"LOOM_SHM_LL_MAX", "0"}});
+  WorkerResult res =
+      runWorkers(3, "mixedalloc", {{"LOOM_SHM_LL_MAX", "0"}, {"LOOM_SHM_MAPPED_CMA", "0"}});
   for (int r = 0; r < 3; ++r)
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+}
+
+// Plain malloc buffers of processes: the one pass reaches them with process_vm_readv/writev.
+TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
+  WorkerResult res =
+      runWorkers(3, "matrix:AllReduce",
+                 {{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}, {"LOOM_SHM_LL_MAX", "0"}});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("one pass over the peers' buffers (process_vm_readv/writev)"),
+              std::string::npos)
+        << res.output[r];
+  }
+}
+
+// The same killed rank on the shared-memory transport's own path (no one pass).
+TEST(Failure, KilledRankOnTheShmTransportIsNamed) {
+  WorkerResult res =
+      runWorkers(3, "kill:1", {{"LOOM_TIMEOUT", "30"}, {"LOOM_SHM_MAPPED_CMA", "0"}});
+  EXPECT_TRUE(res.killedBySignal(1)) << res.describe(1);
+  for (int r : {0, 2}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
 }
 
 TEST(Failure, KilledRankOnTheMappedPathIsNamed) {

@@ -2,14 +2,17 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 
 #include "src/core/dtype.h"
@@ -43,6 +46,7 @@ enum SlotKind : uint32_t { kData = 1, kRts = 2 };
 // Bits of the can-read matrix: what a reader can do with an owner's memory.
 constexpr uint8_t kReadsAny = 1;    // any address (threads of one process, process_vm_readv)
 constexpr uint8_t kMapsShared = 2;  // the owner's shared allocations (loomMemAlloc), by mapping
+constexpr uint8_t kCma = 4;  // process_vm_readv/writev on the owner's memory (another process)
 
 // The 64-byte header in front of each slot's payload.
 struct SlotHdr {
@@ -80,6 +84,9 @@ struct Transport::RankArea {
   int32_t memfdProbeFd;  // a shared allocation peers map at init (-1: none)
   uint64_t memfdProbeSerial;
   uint64_t memfdProbeValue;
+  // 1 while this rank reads or writes its peers' buffers in a one-pass collective. A rank that
+  // fails or closes waits for 0 on every peer before it returns (setState).
+  std::atomic<uint32_t> onePass;
   // Two low-latency buffers follow, each a cache line of flags and llBytes of data.
 };
 
@@ -247,7 +254,29 @@ uint8_t* Transport::canRead(int reader, int owner) const {
 
 // ---- single-copy probe ----------------------------------------------------------------------
 
+// Yama's ptrace_scope 1 (Ubuntu's default) lets a process attach only to its descendants, so
+// process_vm_readv between sibling ranks fails with EPERM unless the target names its tracers.
+// As Open MPI does for its CMA path, the process allows any process of its user (once per
+// process, and only where Yama is at 1; 2 and 3 stay closed).
+static void allowCmaUnderYama() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    if (!f) return;
+    int scope = -1;
+    if (std::fscanf(f, "%d", &scope) != 1) scope = -1;
+    std::fclose(f);
+    if (scope != 1) return;
+    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+      LOOM_INFO(kSubShm,
+                "Yama ptrace_scope is 1: this process lets processes of its user attach "
+                "(PR_SET_PTRACER_ANY) so that local ranks can use process_vm_readv/writev; "
+                "LOOM_SHM_MAPPED_CMA=0 and LOOM_SHM_SINGLE_COPY<2 prevent it");
+  });
+}
+
 void Transport::publishProbe() {
+  if (opts_.cmaOnePass || opts_.singleCopyProcesses) allowCmaUnderYama();
   std::random_device rd;
   probe_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x5a5a5a5a5a5a5a5aull;
   RankArea* a = area(me_);
@@ -289,7 +318,7 @@ void Transport::probePeers() {
       ok = kReadsAny;
     } else if (peers_[i].pid == myPid_) {
       ok = opts_.singleCopyThreads ? kReadsAny : 0;  // a thread of this process: plain memcpy
-    } else if (!opts_.singleCopyProcesses) {
+    } else if (!opts_.singleCopyProcesses && !opts_.cmaOnePass) {
       ok = probeMapping(i) ? kMapsShared : 0;
     } else {
       RankArea* a = area(i);
@@ -297,9 +326,10 @@ void Transport::probePeers() {
       iovec local{&got, sizeof(got)};
       iovec remote{reinterpret_cast<void*>(a->probeAddr), sizeof(got)};
       ssize_t n = process_vm_readv(peers_[i].pid, &local, 1, &remote, 1, 0);
-      ok = n == static_cast<ssize_t>(sizeof(got)) && got == a->probeValue ? kReadsAny : 0;
+      bool cma = n == static_cast<ssize_t>(sizeof(got)) && got == a->probeValue;
+      if (cma) ok = kCma | (opts_.singleCopyProcesses ? kReadsAny : 0);
       if (probeMapping(i)) ok |= kMapsShared;
-      if (!(ok & kReadsAny))
+      if (!cma)
         LOOM_INFO(kSubShm, "process_vm_readv from rank {} (pid {}) is not allowed ({}): eager copy",
                   peers_[i].rank, peers_[i].pid, n < 0 ? std::strerror(errno) : "wrong data");
     }
@@ -309,6 +339,21 @@ void Transport::probePeers() {
 
 bool Transport::canMapShared(int reader, int owner) const {
   return (*canRead(reader, owner) & kMapsShared) != 0;
+}
+
+bool Transport::canCma(int reader, int owner) const {
+  return opts_.cmaOnePass && (*canRead(reader, owner) & kCma) != 0;
+}
+
+bool Transport::everyPairCanReach(bool* allMapped) const {
+  *allMapped = true;
+  for (int r = 0; r < nlocal(); ++r)
+    for (int o = 0; o < nlocal(); ++o) {
+      if (peers_[r].pid == peers_[o].pid) continue;
+      if (!canMapShared(r, o)) *allMapped = false;
+      if (!canMapShared(r, o) && !canCma(r, o)) return false;
+    }
+  return true;
 }
 
 Result<char*> Transport::mapPeerShared(int local, const SharedRef& ref, size_t bytes) {
@@ -360,6 +405,16 @@ void Transport::setState(PeerState s) {
       futexWake(&a->bell);
     }
   if (s == PeerState::kAlive) return;
+  // A peer that began a one pass over the buffers before it saw the state above finishes first
+  // (beginOnePass checks the states after raising `onePass`: with both seq_cst, one of the two
+  // sees the other). Bounded as below.
+  const int64_t onePassDeadline = nowNs() + 5 * int64_t{1000000000};
+  for (int i = 0; i < nlocal(); ++i) {
+    if (i == me_) continue;
+    while (area(i)->onePass.load(std::memory_order_seq_cst) != 0 && nowNs() < onePassDeadline &&
+           (peers_[i].pid == myPid_ || !processGone(peers_[i].pid)))
+      sched_yield();
+  }
   // A receiver that began reading one of our unacknowledged single-copy messages before it saw
   // the state above finishes first (pull() checks the state after raising `pulling`: with both
   // seq_cst, one of the two sees the other). Bounded: a receiver that died stops mattering.
@@ -371,6 +426,22 @@ void Transport::setState(PeerState s) {
       sched_yield();
   }
 }
+
+Status Transport::beginOnePass() {
+  area(me_)->onePass.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int i = 0; i < nlocal(); ++i) {
+    if (i == me_) continue;
+    auto st = static_cast<PeerState>(area(i)->state.load(std::memory_order_seq_cst));
+    if (st != PeerState::kAlive) {
+      endOnePass();
+      return peerGone(i);
+    }
+  }
+  return Status();
+}
+
+void Transport::endOnePass() { area(me_)->onePass.store(0, std::memory_order_seq_cst); }
 
 void Transport::wake(int local) {
   RankArea* a = area(local);

@@ -55,6 +55,9 @@ struct Options {
   // Between processes, messages from loomMemAlloc buffers are read through a mapping of the
   // sender's allocation (no system call per message), where /proc/<pid>/fd may be opened.
   bool singleCopyMapped = true;
+  // The one-pass collectives (LOOM_SHM_MAPPED_CMA) may read and write plain buffers of other
+  // processes with process_vm_readv/writev: probe whether the kernel allows it.
+  bool cmaOnePass = true;
   bool yieldWhenIdle = false;       // waits yield the core between polls (more ranks than cores)
   size_t budgetBytes = 256u << 20;  // rings shrink (slot size, then count) to fit this total
 };
@@ -89,6 +92,14 @@ class Transport final : public net::Transport {
   bool receiverCanRead(int local) const;  // can local rank `local` read this rank's memory?
   // Can local rank `reader` map local rank `owner`'s shared allocations (loomMemAlloc)?
   bool canMapShared(int reader, int owner) const;
+  // May local rank `reader` use process_vm_readv/writev on local rank `owner`'s memory (another
+  // process, ptrace rules permitting; probed at init when Options::cmaOnePass or
+  // singleCopyProcesses)?
+  bool canCma(int reader, int owner) const;
+  // Can every local rank reach the buffers of every local rank in another process, by mapping its
+  // shared allocations or through process_vm_readv/writev? *allMapped: by mapping alone. Threads
+  // of one process reach each other's memory anyway. The same answer on every rank.
+  bool everyPairCanReach(bool* allMapped) const;
   int peerPid(int local) const { return peers_[local].pid; }
   // This process's view of bytes at ref in local rank i's shared allocation (read and write),
   // mapped on first use.
@@ -104,7 +115,15 @@ class Transport final : public net::Transport {
   void* recvComm(int local);
 
   // Sets this rank's state word (peers waiting on it see it at once) and rings every doorbell.
+  // Failed or closed: returns once no peer still reads this rank's buffers (single copy) or works
+  // in a one pass over them (at most 5 s; a peer whose process is gone stops mattering).
   void setState(PeerState s);
+  // Around a one pass over the peers' buffers (src/runtime/shared_direct.h): beginOnePass says
+  // this rank is about to touch them, then fails (without touching anything) if a peer has
+  // failed or closed; endOnePass says it is done. Call endOnePass before failing, so that peers
+  // failing at the same time do not wait for this rank.
+  Status beginOnePass();
+  void endOnePass();
 
   // --- the low-latency exchange (flag per rank and sequence, double-buffered) ---
   // The buffer rank `local` writes for sequence seq (options().llBytes bytes).
