@@ -85,7 +85,7 @@ struct Flow {
   double bytes = 0;
   double rate = 0;
   double cap = kInf;
-  int res[2] = {-1, -1};
+  int res[4] = {-1, -1, -1, -1};  // a resource listed twice counts twice
   FlowKind kind = FlowKind::kLocal;
   uint32_t job = 0;  // kTransfer
   int rank = 0;      // kReduceAfterRecv, kLocal
@@ -157,13 +157,22 @@ class Simulator {
       host_[static_cast<size_t>(r)] = it->second;
     }
     const int hosts = static_cast<int>(hostIds.size());
-    // Resources: rank memories [0, n), NIC egress [n, n + H), NIC ingress [n + H, n + 2H).
+    // Resources: rank memories [0, n), NIC egress [n, n + H), NIC ingress [n + H, n + 2H), host
+    // cores [n + 2H, n + 3H).
     nicOut0_ = n_;
     nicIn0_ = n_ + hosts;
-    resCap_.assign(static_cast<size_t>(n_ + 2 * hosts), kInf);
+    cpu0_ = n_ + 2 * hosts;
+    resCap_.assign(static_cast<size_t>(n_ + 3 * hosts), kInf);
     for (int r = 0; r < n_; ++r) resCap_[static_cast<size_t>(r)] = rateOrInf(m_.memBytesPerSec);
     for (int h = 0; h < 2 * hosts; ++h) {
       resCap_[static_cast<size_t>(n_ + h)] = rateOrInf(m_.nicBytesPerSec);
+    }
+    for (const auto& [id, dense] : hostIds) {
+      const size_t i = static_cast<size_t>(id);
+      double cap = i < m_.hostMemBytesPerSec.size() ? m_.hostMemBytesPerSec[i] : 0;
+      if (!(cap >= 0) || std::isinf(cap))
+        return LOOM_ERROR(kInvalidArgument, "cost model: host {} memory rate {}", id, cap);
+      resCap_[static_cast<size_t>(cpu0_ + dense)] = rateOrInf(cap);
     }
     resRem_.assign(resCap_.size(), 0);
     resCnt_.assign(resCap_.size(), 0);
@@ -323,6 +332,7 @@ class Simulator {
       if (fusedReduce(j)) f.cap = std::min(f.cap, rateOrInf(m_.reduceBytesPerSec));
       f.res[0] = c.src;
       f.res[1] = c.dst;
+      f.res[2] = f.res[3] = cpu0_ + hs;  // two copies on the host's cores
       est_.bytesIntra += j.bytes;
       ++est_.messagesIntra;
     }
@@ -343,6 +353,7 @@ class Simulator {
     f.piece = p;
     f.bytes = f.rem = bytesOf(r, p);
     f.res[0] = r;
+    f.res[1] = cpu0_ + host_[static_cast<size_t>(r)];
     if (st.kind == StepKind::kCopy) {
       f.cap = rateOrInf(m_.copyBytesPerSec);
       est_.bytesCopied += f.bytes;
@@ -392,6 +403,7 @@ class Simulator {
             g.bytes = g.rem = j.bytes;
             g.cap = rateOrInf(m_.reduceBytesPerSec);
             g.res[0] = c.dst;
+            g.res[1] = cpu0_ + host_[static_cast<size_t>(c.dst)];
             addFlow(g);
           }
         } else {
@@ -562,6 +574,7 @@ class Simulator {
   std::vector<int> host_;
   int nicOut0_ = 0;
   int nicIn0_ = 0;
+  int cpu0_ = 0;
   std::vector<double> resCap_, resRem_;
   std::vector<uint32_t> resCnt_;
   std::vector<uint8_t> resTouched_, resSaturated_;

@@ -64,6 +64,11 @@ struct CostMachine {
   double memBytesPerSec = 0;
   double reduceBytesPerSec = 0;  // gamma^-1: bytes one rank reduces per second (one piece)
   double copyBytesPerSec = 0;    // local Copy steps
+  // Per host id (hostOf's values; missing or 0: unlimited): the cores' copy bandwidth that all
+  // ranks of the host share, for hosts with more ranks than cores. A rank's copies and
+  // reductions count once; an intra-host transfer twice (the sender copies in, the receiver
+  // copies out). Ranks that wait leave their share to the busy ones.
+  std::vector<double> hostMemBytesPerSec;
   // Intra-host RecvReduce reduces while receiving (the shm transport fuses them) instead of
   // receiving into staging and reducing afterwards.
   bool fuseIntraRecvReduce = false;

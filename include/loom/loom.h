@@ -188,9 +188,9 @@ typedef struct {
 } loomPlanCandidate_t;
 
 typedef struct {
-  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": one pass over the peers'
-                         buffers when every rank's can be mapped (decided per call), else
-                         `algorithm` */
+  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": "direct" in one pass
+                         over the peers' buffers when every rank's can be reached (decided per
+                         call; else the planner's own choice runs) */
   char algorithm[32]; /* the schedule that runs (or would, when the path is not "schedule") */
   char source[16];    /* "model", "tuning", or "rule" (LOOM_PLANNER=0) */
   double predictedUs; /* the model's time for that algorithm; < 0: not priced */

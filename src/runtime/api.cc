@@ -320,14 +320,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
     copyName(info->source, sizeof(info->source), "rule");
     info->predictedUs = -1;
     if (params::kPlanner.asBool() && cm->planner() && cm->nranks() > 1) {
-      CollArgs a;
-      a.coll = op.coll;
-      a.nranks = cm->nranks();
-      a.count = count;
-      a.root = root;
-      a.inPlace = op.inPlace;
       LOOM_ASSIGN(AlgoFilter filter, AlgoFilter::parse(params::kAlgo.str()));
-      LOOM_ASSIGN(Plan plan, cm->planFor(a, dataTypeSize(op.dtype), filter));
+      LOOM_ASSIGN(Plan plan, cm->planFor(planArgsOf(*cm, op), dataTypeSize(op.dtype), filter));
       copyName(info->source, sizeof(info->source), plan.source);
       info->predictedUs = plan.predictedSec < 0 ? -1 : plan.predictedSec * 1e6;
       for (const PlanCandidate& pc : plan.candidates) {
@@ -338,9 +332,20 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
         out.allowed = pc.allowed ? 1 : 0;
       }
     }
-    // The one pass runs where every rank's buffers can be mapped; otherwise the schedule above.
-    if (std::string(info->path) == "schedule" && sharedDirectUse(*cm, op) != SharedDirectUse::kNone)
-      copyName(info->path, sizeof(info->path), "schedule/mapped");
+    // The one pass (the direct algorithm without messages) runs where every rank's buffers can
+    // be reached and it is cheaper; otherwise the schedule above. Priced for plain buffers:
+    // between processes they need process_vm_readv/writev (loomMemAlloc buffers are mapped, and
+    // cheaper still).
+    SharedDirectChoice choice = sharedDirectUse(*cm, op);
+    if (std::string(info->path) == "schedule" && choice.use != SharedDirectUse::kNone) {
+      bool cma = !cm->shm()->allOneProcess();
+      double onePass = sharedDirectSeconds(*cm, op, cma);
+      if (choice.planSeconds < 0 || onePass < choice.planSeconds) {
+        copyName(info->path, sizeof(info->path), "schedule/mapped");
+        copyName(info->algorithm, sizeof(info->algorithm), "direct");
+        if (onePass >= 0) info->predictedUs = onePass * 1e6;
+      }
+    }
     return Status();
   });
 }

@@ -349,16 +349,17 @@ Status Comm::buildPlanner() {
   m.hostOf = system_.hostOf;
   const double memcpyBps = peers_[0].memcpyMBps ? peers_[0].memcpyMBps * 1e6 : 5e9;
   const double reduceBps = peers_[0].reduceMBps ? peers_[0].reduceMBps * 1e6 : 4e9;
-  // More ranks than cores on a host: they share the cores, and so each rank's memory bandwidth.
-  double share = 1;
-  for (const auto& h : system_.hosts) {
-    uint32_t cores = peers_[h.ranks.front()].cores;
-    if (cores > 0 && h.ranks.size() > cores)
-      share = std::min(share, static_cast<double>(cores) / static_cast<double>(h.ranks.size()));
+  // More ranks than cores on a host: its ranks share the cores' copy bandwidth (the busy ones get
+  // the share of those that wait).
+  m.hostMemBytesPerSec.assign(system_.hosts.size(), 0);
+  for (size_t h = 0; h < system_.hosts.size(); ++h) {
+    const auto& ranks = system_.hosts[h].ranks;
+    uint32_t cores = peers_[ranks.front()].cores;
+    if (cores > 0 && ranks.size() > cores) m.hostMemBytesPerSec[h] = memcpyBps * cores;
   }
-  m.memBytesPerSec = memcpyBps * share;
-  m.copyBytesPerSec = memcpyBps * share;
-  m.reduceBytesPerSec = reduceBps * share;
+  m.memBytesPerSec = memcpyBps;
+  m.copyBytesPerSec = memcpyBps;
+  m.reduceBytesPerSec = reduceBps;
   double netBps = 0;
   if (params::kModelNetMbps.asInt() > 0) {
     netBps = static_cast<double>(params::kModelNetMbps.asInt()) * 1e6 / 8;
@@ -387,8 +388,7 @@ Status Comm::buildPlanner() {
   // this rank's transport. A host whose shared memory failed to set up runs over sockets while
   // priced as shared memory.
   if (!params::kShmDisable.asBool()) {
-    m.intra =
-        LinkCost{static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6, memcpyBps * share};
+    m.intra = LinkCost{static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6, memcpyBps};
     m.fuseIntraRecvReduce = true;
   } else {
     m.intra = LinkCost{netAlpha, netBps};  // ranks of one host over sockets
@@ -412,12 +412,19 @@ Status Comm::buildPlanner() {
                   t.value().entries.size(), describeLayout(nranks_, perHost));
     }
   }
-  if (rank_ == 0)
+  if (rank_ == 0) {
+    std::string shared;
+    for (size_t h = 0; h < planner_->machine().hostMemBytesPerSec.size(); ++h)
+      if (planner_->machine().hostMemBytesPerSec[h] > 0)
+        shared += fmt::format("{}host {} {:.1f} GB/s", shared.empty() ? "" : ", ", h,
+                              planner_->machine().hostMemBytesPerSec[h] / 1e9);
     LOOM_INFO(kSubPlan,
               "cost model: shared memory {:.1f} GB/s, {:.0f} us; network {:.2f} GB/s, {:.0f} us; "
-              "reduce {:.1f} GB/s; core share {:.2f}",
+              "reduce {:.1f} GB/s; cores shared by more ranks: {}",
               planner_->machine().intra.bytesPerSec / 1e9, planner_->machine().intra.alphaSec * 1e6,
-              netBps / 1e9, netAlpha * 1e6, planner_->machine().reduceBytesPerSec / 1e9, share);
+              netBps / 1e9, netAlpha * 1e6, planner_->machine().reduceBytesPerSec / 1e9,
+              shared.empty() ? "none" : shared);
+  }
   return Status();
 }
 

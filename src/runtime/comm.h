@@ -171,10 +171,10 @@ class Comm {
   int64_t spinNs() const { return spinNs_; }
   // More ranks of this host than usable CPUs: waits yield the core between polls.
   bool yieldWhenIdle() const { return yieldWhenIdle_; }
-  // One-pass attempts the model suggested on buffers of unknown kind (shared_direct.h). An attempt
-  // that finds some rank's buffers unmappable costs a flag round; after each such miss the next
-  // 1, 2, 4 ... 256 candidate calls skip the attempt. Every rank sees the same outcome of every
-  // attempt, so every rank skips the same calls. mappedAttemptDue consumes one skip.
+  // One-pass attempts on buffers of unknown kind (shared_direct.h). An attempt that finds some
+  // rank's buffers out of reach (or too dear to reach) costs a flag round; after each such miss
+  // the next 1, 2, 4 ... 256 candidate calls skip the attempt. Every rank sees the same outcome of
+  // every attempt, so every rank skips the same calls. mappedAttemptDue consumes one skip.
   bool mappedAttemptDue();
   void noteMappedAttempt(bool ran);
 

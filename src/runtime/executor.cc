@@ -101,14 +101,20 @@ Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op) {
   LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentAlgoFilter());
   if (!params::kPlanner.asBool() || !comm.planner() || comm.nranks() < 2)
     return f->choose(op.coll, defaultChoice(op, comm.nranks(), comm.allLocal()));
+  LOOM_ASSIGN(Plan plan, comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f));
+  return plan.algorithm;
+}
+
+CollArgs planArgsOf(const Comm& comm, const OpArgs& op) {
   CollArgs a;
   a.coll = op.coll;
   a.nranks = comm.nranks();
   a.count = op.count;
   a.root = op.root;
-  a.inPlace = op.inPlace;
-  LOOM_ASSIGN(Plan plan, comm.planFor(a, dataTypeSize(op.dtype), *f));
-  return plan.algorithm;
+  // A Broadcast or Reduce is in place or not on its root only (the other ranks pass no buffer to
+  // compare): priced as out of place everywhere, so that every rank makes the same choice.
+  a.inPlace = op.inPlace && op.coll != CollKind::kBroadcast && op.coll != CollKind::kReduce;
+  return a;
 }
 
 namespace {
@@ -681,12 +687,11 @@ Status executeOps(const std::vector<QueuedOp>& ops) {
     return runLowLatency(ops[0].comm, ops[0].args);
   if (ops.size() == 1) {
     Comm* comm = ops[0].comm;
-    SharedDirectUse use = sharedDirectUse(*comm, ops[0].args);
-    if (use == SharedDirectUse::kPlanned ||
-        (use == SharedDirectUse::kCheaper && comm->mappedAttemptDue())) {
+    SharedDirectChoice choice = sharedDirectUse(*comm, ops[0].args);
+    if (choice.use != SharedDirectUse::kNone && comm->mappedAttemptDue()) {
       bool ran = false;
-      LOOM_TRY(runSharedDirect(comm, ops[0].args, &ran));
-      if (use == SharedDirectUse::kCheaper) comm->noteMappedAttempt(ran);
+      LOOM_TRY(runSharedDirect(comm, ops[0].args, choice, &ran));
+      comm->noteMappedAttempt(ran);
       if (ran) return Status();
     }
   }

@@ -76,6 +76,8 @@ class PlanCache {
 // LOOM_PLANNER=0, a fixed size rule). Every rank derives the same from the same arguments, the
 // exchanged topology and parameters.
 Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op);
+// What the planner prices for op: the same on every rank (see the Broadcast/Reduce note).
+CollArgs planArgsOf(const Comm& comm, const OpArgs& op);
 // LOOM_ALGO's filter, parsed once per distinct value (an error names a bad spec).
 Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter();
 

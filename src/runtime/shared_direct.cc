@@ -39,7 +39,11 @@ static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
 // reached through system calls (process_vm_readv/writev), to spread their cost.
 constexpr size_t kTileBytes = 32 << 10;
 constexpr size_t kCmaTileBytes = 256 << 10;
-constexpr double kCmaFactor = 1.3;
+// Peers reached through process_vm_readv/writev: time over the mapped one pass, per rank count
+// (page pinning, the pass through the staging tile, and the pinned pages' reference counts
+// shared by n-1 readers). Calibrated on a 2-core Xeon VM with loom-perf, malloc against
+// loomMemAlloc buffers and against the model: 1.6 at 2 ranks, 2.7-4.9 (median 3.6) at 4.
+double cmaFactor(int n) { return 1.6 + 1.1 * (n - 2); }
 
 // How this rank reaches one buffer of one rank: a pointer in this address space (its own, a
 // thread's, or a mapping of a loomMemAlloc allocation), else an address in process `pid`.
@@ -223,7 +227,7 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   }
 }
 
-double sharedDirectSeconds(Comm& comm, const OpArgs& op) {
+double sharedDirectSeconds(Comm& comm, const OpArgs& op, bool cma) {
   const Planner* planner = comm.planner();
   if (!planner || planner->machine().memBytesPerSec <= 0) return -1;
   const int n = comm.nranks();
@@ -259,51 +263,52 @@ double sharedDirectSeconds(Comm& comm, const OpArgs& op) {
   }
   const CostMachine& m = planner->machine();
   // A copy of b bytes (b read, b written) takes b / memBytesPerSec: traffic moves at twice that.
-  // Peers reached through process_vm_readv/writev cost their page pinning and a pass through the
-  // staging tile: kCmaFactor, measured on a 2-core Xeon VM (bench: loom-perf -np 2, malloc vs
-  // loomMemAlloc buffers).
-  double seconds = (reads + writes) / (2 * m.memBytesPerSec);
-  bool allMapped = false;
-  if (comm.shm() && comm.shm()->everyPairCanReach(&allMapped) && !allMapped) seconds *= kCmaFactor;
+  // Every rank works at once, so ranks of an oversubscribed host split its cores. Peers reached
+  // through process_vm_readv/writev cost more (cmaFactor).
+  double perRank = m.memBytesPerSec;
+  if (!m.hostMemBytesPerSec.empty() && m.hostMemBytesPerSec[0] > 0)
+    perRank = std::min(perRank, m.hostMemBytesPerSec[0] / static_cast<double>(n));
+  double seconds = (reads + writes) / (2 * perRank);
+  if (cma) seconds *= cmaFactor(n);
   return seconds + 2 * m.intra.alphaSec;
 }
 
-SharedDirectUse sharedDirectUse(Comm& comm, const OpArgs& op) {
-  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return SharedDirectUse::kNone;
-  if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return SharedDirectUse::kNone;
+SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op) {
+  const SharedDirectChoice none;
+  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return none;
+  if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return none;
   // In place, an AllToAll's blocks would be overwritten before their owner sent them.
-  if (op.coll == CollKind::kAllToAll && op.inPlace) return SharedDirectUse::kNone;
-  if (comm.shm()->options().llBytes < sizeof(Record)) return SharedDirectUse::kNone;
+  if (op.coll == CollKind::kAllToAll && op.inPlace) return none;
+  if (comm.shm()->options().llBytes < sizeof(Record)) return none;
   // Where the planner runs the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX apply); a
   // forced ring stays a ring.
   Result<std::string> algo = chooseAlgorithm(comm, op);
-  if (!algo.isOk()) return SharedDirectUse::kNone;
-  if (algo.value() == "direct") return SharedDirectUse::kPlanned;
+  if (!algo.isOk()) return none;
+  const bool planned = algo.value() == "direct";
+  const bool model = params::kPlanner.asBool() && comm.planner();
+  if (planned && !model) return {SharedDirectUse::kPlanned, -1};
   // Elsewhere only when the model prefers one pass, LOOM_ALGO allows "direct", the size is within
   // LOOM_SHM_DIRECT_MAX, single copy is on, and every pair of processes can reach each other's
   // allocations.
   bool allMapped = false;
   size_t bytes = op.count * dataTypeSize(op.dtype);
-  if (!params::kPlanner.asBool() || !comm.planner() || params::kShmSingleCopy.asInt() < 1 ||
-      bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
-      !comm.shm()->everyPairCanReach(&allMapped))
-    return SharedDirectUse::kNone;
+  if (!planned && (!model || params::kShmSingleCopy.asInt() < 1 ||
+                   bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
+                   !comm.shm()->everyPairCanReach(&allMapped)))
+    return none;
   Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter();
-  if (!f.isOk() || !f.value()->allows(op.coll, "direct")) return SharedDirectUse::kNone;
-  CollArgs a;
-  a.coll = op.coll;
-  a.nranks = comm.nranks();
-  a.count = op.count;
-  a.root = op.root;
-  a.inPlace = op.inPlace;
-  Result<Plan> plan = comm.planFor(a, dataTypeSize(op.dtype), *f.value());
-  if (!plan.isOk() || plan.value().source != std::string("model")) return SharedDirectUse::kNone;
-  double onePass = sharedDirectSeconds(comm, op);
-  return onePass >= 0 && onePass < plan.value().predictedSec ? SharedDirectUse::kCheaper
-                                                             : SharedDirectUse::kNone;
+  if (!f.isOk()) return none;
+  if (!planned && !f.value()->allows(op.coll, "direct")) return none;
+  Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
+  const bool priced = plan.isOk() && plan.value().source == std::string("model");
+  if (planned) return {SharedDirectUse::kPlanned, priced ? plan.value().predictedSec : -1};
+  if (!priced) return none;
+  double onePass = sharedDirectSeconds(comm, op, false);
+  if (onePass < 0 || onePass >= plan.value().predictedSec) return none;
+  return {SharedDirectUse::kCheaper, plan.value().predictedSec};
 }
 
-Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
+Status runSharedDirect(Comm* comm, const OpArgs& op, const SharedDirectChoice& choice, bool* ran) {
   *ran = false;
   shm::Transport* t = comm->shm();
   const int n = comm->nranks(), me = comm->rank();
@@ -349,13 +354,25 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran) {
     return recs[reader].pid == recs[owner].pid || (serial && t->canMapShared(reader, owner)) ||
            t->canCma(reader, owner);
   };
+  // Some buffer needs process_vm_readv/writev (again the same answer on every rank).
+  auto cma = [&](int reader, int owner, uint64_t serial) {
+    return recs[reader].pid != recs[owner].pid && !(serial && t->canMapShared(reader, owner));
+  };
+  bool cmaUsed = false;
   for (int r = 0; r < n; ++r)
     for (int o = 0; o < n; ++o) {
       Layout l = layoutOf(op, o, n);
-      if ((l.usesIn && l.inBytes && !reach(r, o, recs[o].inSerial)) ||
-          (l.usesOut && l.outBytes && !reach(r, o, recs[o].outSerial)))
+      bool usesIn = l.usesIn && l.inBytes, usesOut = l.usesOut && l.outBytes;
+      if ((usesIn && !reach(r, o, recs[o].inSerial)) ||
+          (usesOut && !reach(r, o, recs[o].outSerial)))
         return Status();
+      cmaUsed = cmaUsed || (usesIn && cma(r, o, recs[o].inSerial)) ||
+                (usesOut && cma(r, o, recs[o].outSerial));
     }
+  // Priced for mapped buffers: still cheaper than the planner's schedule on these?
+  if (cmaUsed && choice.planSeconds >= 0 &&
+      sharedDirectSeconds(*comm, op, true) >= choice.planSeconds)
+    return Status();
 
   // From here this rank may touch its peers' buffers: a peer that fails from now on waits until
   // endOnePass before its caller may free them.

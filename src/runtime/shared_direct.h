@@ -28,19 +28,27 @@ enum class SharedDirectUse {
   kCheaper,  // the model prices one pass below the planner's choice: try it, else run that choice
 };
 
+struct SharedDirectChoice {
+  SharedDirectUse use = SharedDirectUse::kNone;
+  double planSeconds = -1;  // the model's time for the planner's own choice (< 0: not priced)
+};
+
 // Whether op may try this path: every rank decides the same from the same arguments, parameters
 // and exchanged probes (the buffers are checked by runSharedDirect, which all ranks run together).
-// Pure: it changes no state.
-SharedDirectUse sharedDirectUse(Comm& comm, const OpArgs& op);
+// kCheaper is decided on the price of mapped buffers; runSharedDirect prices again once it knows
+// which buffers need process_vm_readv/writev. Pure: it changes no state.
+SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op);
 
 // The model's time for op in one pass on this communicator: each rank's reads and writes of the
 // peers' buffers at the calibrated copy speed (shared by oversubscribed ranks), plus two flag
-// rounds. Negative when the communicator has no planner.
-double sharedDirectSeconds(Comm& comm, const OpArgs& op);
+// rounds; cma: some buffers are reached through process_vm_readv/writev. Negative when the
+// communicator has no planner.
+double sharedDirectSeconds(Comm& comm, const OpArgs& op, bool cma);
 
-// Runs op on this path when every rank's buffers can be mapped by its peers; *ran says whether it
-// did (false: nothing happened on any rank; the caller runs op through the executor). On failure
-// the communicator is marked failed.
-Status runSharedDirect(Comm* comm, const OpArgs& op, bool* ran);
+// Runs op on this path when every rank's buffers can be reached by its peers (and the one pass
+// still costs less than the planner's choice at the price of those buffers); *ran
+// says whether it did (false: nothing happened on any rank; the caller runs op through the
+// executor). On failure the communicator is marked failed.
+Status runSharedDirect(Comm* comm, const OpArgs& op, const SharedDirectChoice& choice, bool* ran);
 
 }  // namespace loom

@@ -289,6 +289,39 @@ TEST(CostModel, MaxMinFairMemorySharing) {
   EXPECT_REL(e.bytesCopied, static_cast<double>(copyCount * kEs));
 }
 
+// Four ranks on a host whose cores copy 2 x mem in all: four copies at once share the cores, two
+// run at their own speed, and a rank that waits leaves its share to the busy ones. An intra-host
+// transfer costs the cores twice (the sender copies in, the receiver copies out).
+TEST(CostModel, OversubscribedHostSharesItsCores) {
+  const double mem = 8e9;
+  const size_t count = 1 << 20;
+  const double bytes = static_cast<double>(count * kEs);
+  CostMachine m = CostMachine::uniform(4, 4);
+  m.memBytesPerSec = m.copyBytesPerSec = mem;
+  m.intra = {0, 0};
+  m.hostMemBytesPerSec = {2 * mem};
+  for (int busy : {1, 2, 3, 4}) {
+    std::vector<StepList> l(4);
+    for (int r = 0; r < busy; ++r) l[static_cast<size_t>(r)].copy(inputAt(0), outputAt(0), count);
+    const CostEstimate e = price(handMade(CollKind::kSendRecv, 4, count, l), m, 0);
+    EXPECT_REL(e.seconds, bytes / std::min(mem, 2 * mem / busy)) << busy << " busy ranks";
+  }
+  // Two transfers (0 -> 1, 2 -> 3) need four copies: each gets half a core's speed.
+  std::vector<StepList> l(4);
+  l[0].send(1, inputAt(0), count);
+  l[1].recv(0, outputAt(0), count);
+  l[2].send(3, inputAt(0), count);
+  l[3].recv(2, outputAt(0), count);
+  const Schedule s = handMade(CollKind::kSendRecv, 4, count, l);
+  EXPECT_REL(price(s, m, 0).seconds, bytes / (mem / 2));
+  // Without the host limit each transfer runs at a core's speed.
+  m.hostMemBytesPerSec.clear();
+  EXPECT_REL(price(s, m, 0).seconds, bytes / mem);
+  // A negative or infinite host rate is an error.
+  m.hostMemBytesPerSec = {-1};
+  EXPECT_FALSE(estimateCost(s, m, kEs, 0).isOk());
+}
+
 // Two-level AllReduce on 2 hosts x 2 ranks: intra reduce-scatter, inter exchange of each half,
 // intra allgather. Rank r owns half r&1; its host peer is r^1, its network peer r^2.
 Schedule hierarchicalAllReduce(size_t count) {

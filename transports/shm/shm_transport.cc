@@ -345,6 +345,12 @@ bool Transport::canCma(int reader, int owner) const {
   return opts_.cmaOnePass && (*canRead(reader, owner) & kCma) != 0;
 }
 
+bool Transport::allOneProcess() const {
+  for (const LocalPeer& p : peers_)
+    if (p.pid != myPid_) return false;
+  return true;
+}
+
 bool Transport::everyPairCanReach(bool* allMapped) const {
   *allMapped = true;
   for (int r = 0; r < nlocal(); ++r)

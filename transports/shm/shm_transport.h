@@ -100,6 +100,8 @@ class Transport final : public net::Transport {
   // shared allocations or through process_vm_readv/writev? *allMapped: by mapping alone. Threads
   // of one process reach each other's memory anyway. The same answer on every rank.
   bool everyPairCanReach(bool* allMapped) const;
+  // Are all local ranks threads of this process?
+  bool allOneProcess() const;
   int peerPid(int local) const { return peers_[local].pid; }
   // This process's view of bytes at ref in local rank i's shared allocation (read and write),
   // mapped on first use.
