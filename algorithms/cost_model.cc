@@ -182,6 +182,7 @@ class Simulator {
 
     const size_t pieceElems = pieceBytes_ == 0 ? 0 : std::max<size_t>(1, pieceBytes_ / elemSize_);
     ranks_.resize(static_cast<size_t>(n_));
+    alphaFree_.assign(static_cast<size_t>(n_), 0);
     std::map<std::tuple<int, int, int>, int> connIds;  // (src, dst, channel)
     for (int r = 0; r < n_; ++r) {
       RankSim& rk = ranks_[static_cast<size_t>(r)];
@@ -305,7 +306,13 @@ class Simulator {
     c.pending.pop_front();
     const double alpha = c.inter ? m_.inter.alphaSec : m_.intra.alphaSec;
     if (alpha > 0) {
-      timers_.push(Timer{now_ + alpha, seq_++, j});
+      double start = now_;
+      if (c.inter && m_.serialInterAlphaPerRank) {
+        double& free = alphaFree_[static_cast<size_t>(c.src)];
+        start = std::max(start, free);
+        free = start + alpha;
+      }
+      timers_.push(Timer{start + alpha, seq_++, j});
     } else {
       startTransfer(j);
     }
@@ -579,7 +586,8 @@ class Simulator {
   std::vector<uint32_t> resCnt_;
   std::vector<uint8_t> resTouched_, resSaturated_;
   std::vector<size_t> touched_;
-  std::vector<double> nicBytes_;  // egress per host, then ingress per host
+  std::vector<double> nicBytes_;   // egress per host, then ingress per host
+  std::vector<double> alphaFree_;  // per rank: when its next inter-host alpha may start
   std::vector<RankSim> ranks_;
   std::vector<Queue> queues_;
   std::vector<Conn> conns_;

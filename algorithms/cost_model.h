@@ -72,6 +72,10 @@ struct CostMachine {
   // Intra-host RecvReduce reduces while receiving (the shm transport fuses them) instead of
   // receiving into staging and reducing afterwards.
   bool fuseIntraRecvReduce = false;
+  // The inter-host alpha of the transfers a rank sends is paid one after another (the sender's
+  // CPU posts each message: LogP's o), not once per connection in parallel: a rank sending to k
+  // hosts' ranks at once pays k alphas before its last message starts.
+  bool serialInterAlphaPerRank = false;
 
   // nranks ranks, ranksPerHost consecutive ranks per host (the last host may hold fewer).
   static CostMachine uniform(int nranks, int ranksPerHost);

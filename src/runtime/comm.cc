@@ -383,6 +383,7 @@ Status Comm::buildPlanner() {
   const double netAlpha = static_cast<double>(params::kModelNetLatUs.asInt()) * 1e-6;
   m.inter = LinkCost{netAlpha, netBps};
   m.nicBytesPerSec = netBps;
+  m.serialInterAlphaPerRank = true;  // one progress thread posts a rank's messages
   // Whether ranks of a host share memory must be decided alike on every rank (a rank alone on its
   // host has no shared memory of its own, yet prices the other hosts' links): the parameter, not
   // this rank's transport. A host whose shared memory failed to set up runs over sockets while
@@ -727,9 +728,11 @@ Status Comm::awaitRemoteFailure(int ms) {
 }
 
 bool Comm::isClosedPeer(const std::string& message) {
+  // A remote access error on RDMA: the peer deregistered the buffer, as a rank that failed does.
   return message.find("closed") != std::string::npos ||
          message.find("reset") != std::string::npos ||
-         message.find("process is gone") != std::string::npos;
+         message.find("process is gone") != std::string::npos ||
+         message.find("remote access error") != std::string::npos;
 }
 
 std::string Comm::closedPeerHint() {

@@ -55,44 +55,37 @@ struct PeerBuf {
   bool local() const { return ptr != nullptr; }
 };
 
-Status cmaError(const char* call, const PeerBuf& b, size_t bytes) {
-  int err = errno;
-  return makeError(err == ESRCH ? Code::kRemote : Code::kSystem,
-                   "{} of {} bytes at {:#x} in rank {} (pid {}) failed: {}", call, bytes, b.remote,
-                   b.rank, b.pid, err == ESRCH ? "that process is gone" : std::strerror(err));
+// Moves bytes between local memory and offset off of b's process (write: to it), whole.
+Status cmaCopy(const PeerBuf& b, size_t off, char* local, size_t bytes, bool write) {
+  for (size_t done = 0; done < bytes;) {
+    iovec l{local + done, bytes - done},
+        r{reinterpret_cast<void*>(b.remote + off + done), bytes - done};
+    ssize_t n = write ? process_vm_writev(b.pid, &l, 1, &r, 1, 0)
+                      : process_vm_readv(b.pid, &l, 1, &r, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    int err = n < 0 ? errno : EFAULT;
+    if (err == EINTR) continue;
+    return makeError(err == ESRCH ? Code::kRemote : Code::kSystem,
+                     "{} of {} bytes at {:#x} in rank {} (pid {}) failed: {}",
+                     write ? "process_vm_writev" : "process_vm_readv", bytes, b.remote + off,
+                     b.rank, b.pid, err == ESRCH ? "that process is gone" : std::strerror(err));
+  }
+  return Status();
 }
 
 // bytes at offset off of b: b's own memory when this process can address it, else read into stage.
 Result<const char*> readFrom(const PeerBuf& b, size_t off, size_t bytes, char* stage) {
   if (b.local()) return static_cast<const char*>(b.ptr + off);
-  for (size_t done = 0; done < bytes;) {
-    iovec l{stage + done, bytes - done},
-        r{reinterpret_cast<void*>(b.remote + off + done), bytes - done};
-    ssize_t got = process_vm_readv(b.pid, &l, 1, &r, 1, 0);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      return cmaError("process_vm_readv", b, bytes);
-    }
-    done += static_cast<size_t>(got);
-  }
+  LOOM_TRY(cmaCopy(b, off, stage, bytes, false));
   return static_cast<const char*>(stage);
 }
 
 Status writeTo(const PeerBuf& b, size_t off, const char* src, size_t bytes) {
-  if (b.local()) {
-    if (b.ptr + off != src) std::memcpy(b.ptr + off, src, bytes);
-    return Status();
-  }
-  for (size_t done = 0; done < bytes;) {
-    iovec l{const_cast<char*>(src) + done, bytes - done},
-        r{reinterpret_cast<void*>(b.remote + off + done), bytes - done};
-    ssize_t put = process_vm_writev(b.pid, &l, 1, &r, 1, 0);
-    if (put <= 0) {
-      if (put < 0 && errno == EINTR) continue;
-      return cmaError("process_vm_writev", b, bytes);
-    }
-    done += static_cast<size_t>(put);
-  }
+  if (!b.local()) return cmaCopy(b, off, const_cast<char*>(src), bytes, true);
+  if (b.ptr + off != src) std::memcpy(b.ptr + off, src, bytes);
   return Status();
 }
 

@@ -322,6 +322,25 @@ TEST(CostModel, OversubscribedHostSharesItsCores) {
   EXPECT_FALSE(estimateCost(s, m, kEs, 0).isOk());
 }
 
+// A rank sending to three other hosts at once: by default each connection pays its alpha in
+// parallel; with serialInterAlphaPerRank the sender pays them one after another.
+TEST(CostModel, InterHostAlphaSerialPerSender) {
+  const size_t count = 16;
+  std::vector<StepList> l(4);
+  for (int p = 1; p < 4; ++p) {
+    l[0].send(p, inputAt(0), count);
+    l[static_cast<size_t>(p)].recv(0, outputAt(0), count);
+  }
+  const Schedule s = handMade(CollKind::kSendRecv, 4, count, l);
+  CostMachine m = CostMachine::uniform(4, 1);
+  m.inter = {kAlpha, 0};
+  EXPECT_REL(price(s, m, 0).seconds, kAlpha);
+  m.serialInterAlphaPerRank = true;
+  const CostEstimate e = price(s, m, 0);
+  EXPECT_REL(e.seconds, 3 * kAlpha);
+  EXPECT_REL(e.rankSeconds[1], kAlpha);  // the first message is not delayed
+}
+
 // Two-level AllReduce on 2 hosts x 2 ranks: intra reduce-scatter, inter exchange of each half,
 // intra allgather. Rank r owns half r&1; its host peer is r^1, its network peer r^2.
 Schedule hierarchicalAllReduce(size_t count) {
