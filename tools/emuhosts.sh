@@ -26,6 +26,10 @@
 #   -o DIR        keep each rank's output (stdout and stderr) in DIR/rankN.log (default: a
 #                 temporary folder, removed at exit after failed ranks' output is printed)
 #   -q            print only the per-rank summary, not rank 0's output
+#   -C            give each host its own share of this machine's CPUs (taskset), as separate
+#                 machines have: without it every rank of every host runs on every CPU, and a
+#                 host whose ranks fit its view of the CPUs spins while another host's ranks wait
+#                 for a core. Needs at least one CPU per host
 #   --clean       remove the namespaces (and their processes) of runs of this script whose
 #                 process is gone, then exit
 #
@@ -104,6 +108,7 @@ limit=900
 grace=15
 outdir=""
 quiet=0
+split_cpus=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -H) hosts=${2:-}; shift ;;
@@ -116,6 +121,7 @@ while [ $# -gt 0 ]; do
     -g) grace=${2:-}; shift ;;
     -o) outdir=${2:-}; shift ;;
     -q) quiet=1 ;;
+    -C) split_cpus=1 ;;
     --clean) [ "$(id -u)" = 0 ] || fail_setup "--clean needs root"; clean_stale; exit 0 ;;
     -h | --help) usage 0 ;;
     --) shift; break ;;
@@ -272,6 +278,7 @@ launch() {
   fi
   local -a lim=()
   [ "$limit" = 0 ] || lim=(timeout -k 5 "$limit")
+  [ "$split_cpus" = 0 ] || lim+=(taskset -c "${host_cpus[h]}")
   # Launcher variables inherited from whatever started this script would confuse the ranks.
   ip netns exec "$ns" "${pre[@]}" "${lim[@]}" env -u LOOM_COMM_ID -u SLURM_NTASKS -u SLURM_PROCID \
     -u SLURM_LOCALID -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK \
@@ -280,13 +287,27 @@ launch() {
   rank_pids[r]=$!
 }
 
+# -C: host h gets the h-th of `hosts` equal slices of the CPUs this script may use.
+declare -a host_cpus
+if [ "$split_cpus" = 1 ]; then
+  command -v taskset >/dev/null || fail_setup "-C needs taskset (util-linux)"
+  mapfile -t cpus < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+    awk -F- '{ if (NF == 2) { for (i = $1; i <= $2; i++) print i } else print $1 }')
+  per=$((${#cpus[@]} / hosts))
+  [ "$per" -ge 1 ] || die "-C needs at least one CPU per host (${#cpus[@]} CPUs, $hosts hosts)"
+  for ((h = 0; h < hosts; h++)); do
+    host_cpus[h]=$(IFS=,; echo "${cpus[*]:$((h * per)):$per}")
+  done
+fi
+
 setup
 total=0
 for n in "${per_host[@]}"; do total=$((total + n)); done
 echo "emuhosts: $hosts host(s) (ranks per host: $(
   IFS=,
   echo "${per_host[*]}"
-)), $total rank(s), namespaces ${name}-*${rate:+, links shaped to $rate (burst $burst)}"
+)), $total rank(s), namespaces ${name}-*${rate:+, links shaped to $rate (burst $burst)}$(
+  [ "$split_cpus" = 0 ] || echo ", CPUs per host: ${host_cpus[*]}")"
 
 declare -a rank_host rank_rc rank_start rank_end
 start_all=$(date +%s.%N)

@@ -142,6 +142,22 @@ case "$case" in
     check_transports 0 0 0 1
     check_gone "$emu_pid"
     ;;
+  cpus)
+    # -C: each host's ranks see only that host's share of the CPUs (one each on 2 CPUs).
+    ncpu=$(nproc)
+    [ "$ncpu" -ge 2 ] || skip "-C needs 2 CPUs for 2 hosts; this machine has $ncpu"
+    run_emu -C -H 2 -R 1 -o "$out/cpus" -- sh -c 'taskset -pc $$'
+    [ "$emu_rc" = 0 ] || bad "emuhosts.sh exited $emu_rc"
+    for r in 0 1; do
+      list=$(sed 's/.*: //' "$out/cpus/rank$r.log")
+      [ -n "$list" ] || bad "rank $r printed no CPU list"
+      [ "$(echo "$list" | tr ',' '\n' | wc -l)" -le $((ncpu / 2)) ] ||
+        bad "rank $r may run on $list: more than its host's share of $ncpu CPUs"
+    done
+    [ "$(sed 's/.*: //' "$out/cpus/rank0.log")" != "$(sed 's/.*: //' "$out/cpus/rank1.log")" ] ||
+      bad "both hosts got the same CPUs"
+    check_gone "$emu_pid"
+    ;;
   shaped)
     # The qdiscs are in place (seen from inside each host), then a correct run through them.
     run_emu -H 2 -R 1 -b 200mbit -o "$out/tc" -- tc qdisc show dev emu0
