@@ -320,8 +320,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
     copyName(info->source, sizeof(info->source), "rule");
     info->predictedUs = -1;
     if (params::kPlanner.asBool() && cm->planner() && cm->nranks() > 1) {
-      LOOM_ASSIGN(AlgoFilter filter, AlgoFilter::parse(params::kAlgo.str()));
-      LOOM_ASSIGN(Plan plan, cm->planFor(planArgsOf(*cm, op), dataTypeSize(op.dtype), filter));
+      LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, currentAlgoFilter());
+      LOOM_ASSIGN(Plan plan, cm->planFor(planArgsOf(*cm, op), dataTypeSize(op.dtype), *filter));
       copyName(info->source, sizeof(info->source), plan.source);
       info->predictedUs = plan.predictedSec < 0 ? -1 : plan.predictedSec * 1e6;
       for (const PlanCandidate& pc : plan.candidates) {

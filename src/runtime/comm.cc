@@ -803,11 +803,7 @@ bool Comm::dropRegistrationLocked(uint64_t id) {
   auto byId = regById_.find(id);
   if (byId == regById_.end()) return false;
   Registration* r = byId->second;
-  for (auto& [conn, mh] : r->mhandles) {
-    if (!mh) continue;
-    Status st = net_->deregMr(conn, mh);
-    if (!st.isOk()) LOOM_WARN("deregistering a buffer from {}: {}", net_->name(), st.message());
-  }
+  releaseHandlesLocked(r);
   auto range = regs_.equal_range(r->begin);
   for (auto it = range.first; it != range.second; ++it) {
     if (it->second.get() == r) {
@@ -887,16 +883,18 @@ size_t Comm::registrationCount() const {
   return regs_.size();
 }
 
+void Comm::releaseHandlesLocked(Registration* r) {
+  for (auto& [conn, mh] : r->mhandles) {
+    if (!mh) continue;
+    Status st = net_->deregMr(conn, mh);
+    if (!st.isOk()) LOOM_WARN("deregistering a buffer from {}: {}", net_->name(), st.message());
+  }
+  r->mhandles.clear();
+}
+
 void Comm::releaseNetHandles() {
   std::lock_guard<std::mutex> lk(regMu_);
-  for (auto& [begin, r] : regs_) {
-    for (auto& [conn, mh] : r->mhandles) {
-      if (!mh) continue;
-      Status st = net_->deregMr(conn, mh);
-      if (!st.isOk()) LOOM_WARN("deregistering a buffer from {}: {}", net_->name(), st.message());
-    }
-    r->mhandles.clear();
-  }
+  for (auto& [begin, r] : regs_) releaseHandlesLocked(r.get());
 }
 
 }  // namespace loom

@@ -198,6 +198,8 @@ class Comm {
   bool dropRegistrationLocked(uint64_t id);
   // deregMr of every handle made on the network connections (before they close).
   void releaseNetHandles();
+  // deregMr of r's handles on every connection; caller holds regMu_.
+  void releaseHandlesLocked(Registration* r);
   mutable std::mutex regMu_;  // the executor reads the map; loomCommDeregister may run elsewhere
   std::multimap<uintptr_t, std::unique_ptr<Registration>> regs_;  // by begin
   std::map<uint64_t, Registration*> regById_;

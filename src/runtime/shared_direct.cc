@@ -274,28 +274,29 @@ SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op) {
   if (op.coll == CollKind::kAllToAll && op.inPlace) return none;
   if (comm.shm()->options().llBytes < sizeof(Record)) return none;
   // Where the planner runs the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX apply); a
-  // forced ring stays a ring.
-  Result<std::string> algo = chooseAlgorithm(comm, op);
-  if (!algo.isOk()) return none;
-  const bool planned = algo.value() == "direct";
-  const bool model = params::kPlanner.asBool() && comm.planner();
-  if (planned && !model) return {SharedDirectUse::kPlanned, -1};
+  // forced ring stays a ring. Without the model, chooseAlgorithm's rules decide.
+  if (!params::kPlanner.asBool() || !comm.planner()) {
+    Result<std::string> algo = chooseAlgorithm(comm, op);
+    return algo.isOk() && algo.value() == "direct"
+               ? SharedDirectChoice{SharedDirectUse::kPlanned, -1}
+               : none;
+  }
+  // With it, the plan chooseAlgorithm would return (one lookup of the cached choice).
+  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter();
+  if (!f.isOk()) return none;
+  Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
+  if (!plan.isOk()) return none;
+  const bool priced = plan.value().source == std::string("model");
+  if (plan.value().algorithm == "direct")
+    return {SharedDirectUse::kPlanned, priced ? plan.value().predictedSec : -1};
   // Elsewhere only when the model prefers one pass, LOOM_ALGO allows "direct", the size is within
   // LOOM_SHM_DIRECT_MAX, single copy is on, and every pair of processes can reach each other's
   // allocations.
-  bool allMapped = false;
   size_t bytes = op.count * dataTypeSize(op.dtype);
-  if (!planned && (!model || params::kShmSingleCopy.asInt() < 1 ||
-                   bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
-                   !comm.shm()->everyPairCanReach(&allMapped)))
+  if (!priced || params::kShmSingleCopy.asInt() < 1 ||
+      bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
+      !comm.shm()->everyPairCanReach() || !f.value()->allows(op.coll, "direct"))
     return none;
-  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter();
-  if (!f.isOk()) return none;
-  if (!planned && !f.value()->allows(op.coll, "direct")) return none;
-  Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
-  const bool priced = plan.isOk() && plan.value().source == std::string("model");
-  if (planned) return {SharedDirectUse::kPlanned, priced ? plan.value().predictedSec : -1};
-  if (!priced) return none;
   double onePass = sharedDirectSeconds(comm, op, false);
   if (onePass < 0 || onePass >= plan.value().predictedSec) return none;
   return {SharedDirectUse::kCheaper, plan.value().predictedSec};

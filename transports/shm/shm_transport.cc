@@ -351,14 +351,10 @@ bool Transport::allOneProcess() const {
   return true;
 }
 
-bool Transport::everyPairCanReach(bool* allMapped) const {
-  *allMapped = true;
+bool Transport::everyPairCanReach() const {
   for (int r = 0; r < nlocal(); ++r)
-    for (int o = 0; o < nlocal(); ++o) {
-      if (peers_[r].pid == peers_[o].pid) continue;
-      if (!canMapShared(r, o)) *allMapped = false;
-      if (!canMapShared(r, o) && !canCma(r, o)) return false;
-    }
+    for (int o = 0; o < nlocal(); ++o)
+      if (peers_[r].pid != peers_[o].pid && !canMapShared(r, o) && !canCma(r, o)) return false;
   return true;
 }
 
@@ -411,26 +407,26 @@ void Transport::setState(PeerState s) {
       futexWake(&a->bell);
     }
   if (s == PeerState::kAlive) return;
+  // Waits (until deadline; a peer whose process is gone stops mattering) for local rank i to
+  // drop a flag it raised before it saw the state above.
+  auto awaitDrop = [&](const std::atomic<uint32_t>& flag, int i, int64_t deadline) {
+    while (flag.load(std::memory_order_seq_cst) != 0 && nowNs() < deadline &&
+           (peers_[i].pid == myPid_ || !processGone(peers_[i].pid)))
+      sched_yield();
+  };
   // A peer that began a one pass over the buffers before it saw the state above finishes first
   // (beginOnePass checks the states after raising `onePass`: with both seq_cst, one of the two
-  // sees the other). Bounded as below.
+  // sees the other). Bounded: 5 s.
   const int64_t onePassDeadline = nowNs() + 5 * int64_t{1000000000};
-  for (int i = 0; i < nlocal(); ++i) {
-    if (i == me_) continue;
-    while (area(i)->onePass.load(std::memory_order_seq_cst) != 0 && nowNs() < onePassDeadline &&
-           (peers_[i].pid == myPid_ || !processGone(peers_[i].pid)))
-      sched_yield();
-  }
+  for (int i = 0; i < nlocal(); ++i)
+    if (i != me_) awaitDrop(area(i)->onePass, i, onePassDeadline);
   // A receiver that began reading one of our unacknowledged single-copy messages before it saw
-  // the state above finishes first (pull() checks the state after raising `pulling`: with both
-  // seq_cst, one of the two sees the other). Bounded: a receiver that died stops mattering.
+  // the state above finishes first (pull() checks the state after raising `pulling`, likewise).
+  // Bounded: 5 s.
   const int64_t deadline = nowNs() + 5 * int64_t{1000000000};
-  for (int i = 0; i < nlocal(); ++i) {
-    if (i == me_ || sends_[i]->awaitingAck.empty()) continue;
-    while (sends_[i]->ring->pulling.load(std::memory_order_seq_cst) != 0 && nowNs() < deadline &&
-           (peers_[i].pid == myPid_ || !processGone(peers_[i].pid)))
-      sched_yield();
-  }
+  for (int i = 0; i < nlocal(); ++i)
+    if (i != me_ && !sends_[i]->awaitingAck.empty())
+      awaitDrop(sends_[i]->ring->pulling, i, deadline);
 }
 
 Status Transport::beginOnePass() {

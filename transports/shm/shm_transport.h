@@ -97,9 +97,9 @@ class Transport final : public net::Transport {
   // singleCopyProcesses)?
   bool canCma(int reader, int owner) const;
   // Can every local rank reach the buffers of every local rank in another process, by mapping its
-  // shared allocations or through process_vm_readv/writev? *allMapped: by mapping alone. Threads
-  // of one process reach each other's memory anyway. The same answer on every rank.
-  bool everyPairCanReach(bool* allMapped) const;
+  // shared allocations or through process_vm_readv/writev? Threads of one process reach each
+  // other's memory anyway. The same answer on every rank.
+  bool everyPairCanReach() const;
   // Are all local ranks threads of this process?
   bool allOneProcess() const;
   int peerPid(int local) const { return peers_[local].pid; }
