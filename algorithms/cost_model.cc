@@ -174,6 +174,13 @@ class Simulator {
         return LOOM_ERROR(kInvalidArgument, "cost model: host {} memory rate {}", id, cap);
       resCap_[static_cast<size_t>(cpu0_ + dense)] = rateOrInf(cap);
     }
+    for (int r = 0; r < n_; ++r) {
+      const size_t i = static_cast<size_t>(m_.hostOf[static_cast<size_t>(r)]);
+      const double cap = i < m_.hostRankMemBytesPerSec.size() ? m_.hostRankMemBytesPerSec[i] : 0;
+      if (!(cap >= 0) || std::isinf(cap))
+        return LOOM_ERROR(kInvalidArgument, "cost model: host {} rank memory rate {}", i, cap);
+      if (cap > 0) resCap_[static_cast<size_t>(r)] = std::min(resCap_[static_cast<size_t>(r)], cap);
+    }
     resRem_.assign(resCap_.size(), 0);
     resCnt_.assign(resCap_.size(), 0);
     resTouched_.assign(resCap_.size(), 0);

@@ -69,6 +69,11 @@ struct CostMachine {
   // reductions count once; an intra-host transfer twice (the sender copies in, the receiver
   // copies out). Ranks that wait leave their share to the busy ones.
   std::vector<double> hostMemBytesPerSec;
+  // Per host id (missing or 0: memBytesPerSec): the most one rank of the host moves per second,
+  // for hosts with more ranks than cores. A rank that does more than its share of the work (the
+  // root of a direct broadcast) cannot take a whole core while its peers wait on the others: they
+  // wait by yielding, and each yield takes the core back for a moment.
+  std::vector<double> hostRankMemBytesPerSec;
   // Intra-host RecvReduce reduces while receiving (the shm transport fuses them) instead of
   // receiving into staging and reducing afterwards.
   bool fuseIntraRecvReduce = false;

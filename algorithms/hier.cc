@@ -114,31 +114,61 @@ RankSchedule hierAllReduce(const CollArgs& args, int rank) {
       });
     }
   }
-  // Phase 2, every part: a ring allreduce of each of this rank's slices among its owners.
+  // Phase 2, every part: a ring allreduce of each of this rank's slices among its owners. Each
+  // slice is a unit of two halves, its reduce-scatter and its allgather. A unit's allgather is
+  // listed after the reduce-scatter of the next unit with the same owners, so the link carries
+  // that unit's data while this unit's received half is being reduced (else every unit would leave
+  // the link idle for a round trip and a reduction). Every owner lists the same units in the same
+  // (part, slice) order and delays alike, so each pair's queue holds the same sequence on both
+  // sides.
   auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
+  struct Unit {
+    Block sl;
+    int up, down;             // the slice's owners on the next and the previous host
+    std::vector<int> owners;  // on every host, in host order
+  };
+  std::vector<Unit> units;
   for (int p = 0; p < parts && H > 1; ++p) {
     for (int s = j; s < S; s += l) {
-      const Block sl = slice(p, s);
-      const int up = v.rankOn(v.host + 1, s), down = v.rankOn(v.host - 1, s);
-      auto sub = [&](long long k) {
-        Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
-        blk.offset += sl.offset;
-        return blk;
-      };
-      for (int t = 0; t < H - 1; ++t) {
-        const Block sb = sub(-t);
-        b.send(up, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
-        const Block rb = sub(-t - 1);
-        b.recvReduce(down, src(rb.offset), outputAt(rb.offset), rb.count);
-      }
-      for (int t = 0; t < H - 1; ++t) {
-        const Block sb = sub(1 - t);
-        b.send(up, outputAt(sb.offset), sb.count);
-        const Block rb = sub(-t);
-        b.recv(down, outputAt(rb.offset), rb.count);
-      }
+      Unit un{slice(p, s), v.rankOn(v.host + 1, s), v.rankOn(v.host - 1, s), {}};
+      for (int g = 0; g < H; ++g) un.owners.push_back(v.rankOn(g, s));
+      units.push_back(std::move(un));
     }
   }
+  auto sub = [&](const Block& sl, long long k) {
+    Block blk = evenBlock(sl.count, H, modRank(v.host + k, H));
+    blk.offset += sl.offset;
+    return blk;
+  };
+  auto reduceScatterHalf = [&](const Unit& un) {
+    for (int t = 0; t < H - 1; ++t) {
+      const Block sb = sub(un.sl, -t);
+      b.send(un.up, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
+      const Block rb = sub(un.sl, -t - 1);
+      b.recvReduce(un.down, src(rb.offset), outputAt(rb.offset), rb.count);
+    }
+  };
+  auto allGatherHalf = [&](const Unit& un) {
+    for (int t = 0; t < H - 1; ++t) {
+      const Block sb = sub(un.sl, 1 - t);
+      b.send(un.up, outputAt(sb.offset), sb.count);
+      const Block rb = sub(un.sl, -t);
+      b.recv(un.down, outputAt(rb.offset), rb.count);
+    }
+  };
+  std::vector<size_t> pending;  // units whose allgather is not listed yet, in order
+  for (size_t u = 0; u < units.size(); ++u) {
+    reduceScatterHalf(units[u]);
+    for (size_t k = 0; k < pending.size(); ++k) {
+      if (units[pending[k]].owners == units[u].owners) {
+        allGatherHalf(units[pending[k]]);
+        pending.erase(pending.begin() + static_cast<long>(k));
+        break;
+      }
+    }
+    pending.push_back(u);
+  }
+  for (size_t u : pending) allGatherHalf(units[u]);
   // Phase 3, every part: allgather inside the host.
   for (int p = 0; p < parts && l > 1; ++p) {
     for (int t = 0; t < l - 1; ++t) {

@@ -322,6 +322,39 @@ TEST(CostModel, OversubscribedHostSharesItsCores) {
   EXPECT_FALSE(estimateCost(s, m, kEs, 0).isOk());
 }
 
+// A rank of an oversubscribed host is capped at its share (hostRankMemBytesPerSec) even while
+// its peers wait: a root sending to three peers at once is slower than three ranks each sending
+// to one, though the host moves the same bytes.
+TEST(CostModel, OversubscribedRankCapSlowsAConcentratedSender) {
+  const double mem = 8e9, rankCap = mem / 2;
+  const size_t count = 1 << 20;
+  const double bytes = static_cast<double>(count * kEs);
+  CostMachine m = CostMachine::uniform(6, 6);
+  m.memBytesPerSec = m.copyBytesPerSec = mem;
+  m.intra = {0, 0};
+  m.hostMemBytesPerSec = {4 * mem};
+  m.hostRankMemBytesPerSec = {rankCap};
+  std::vector<StepList> root(6);  // 0 -> 1, 2, 3
+  for (int p = 1; p < 4; ++p) {
+    root[0].send(p, inputAt(0), count);
+    root[static_cast<size_t>(p)].recv(0, outputAt(0), count);
+  }
+  const Schedule concentrated = handMade(CollKind::kSendRecv, 6, count, root);
+  EXPECT_REL(price(concentrated, m, 0).seconds, 3 * bytes / rankCap);
+  std::vector<StepList> spread(6);  // 0 -> 1, 2 -> 3, 4 -> 5
+  for (int p = 0; p < 6; p += 2) {
+    spread[static_cast<size_t>(p)].send(p + 1, inputAt(0), count);
+    spread[static_cast<size_t>(p + 1)].recv(p, outputAt(0), count);
+  }
+  const Schedule s = handMade(CollKind::kSendRecv, 6, count, spread);
+  EXPECT_REL(price(s, m, 0).seconds, bytes / rankCap);
+  // Without the cap the root runs at a core's speed.
+  m.hostRankMemBytesPerSec.clear();
+  EXPECT_REL(price(concentrated, m, 0).seconds, 3 * bytes / mem);
+  m.hostRankMemBytesPerSec = {-1};
+  EXPECT_FALSE(estimateCost(s, m, kEs, 0).isOk());
+}
+
 // A rank sending to three other hosts at once: by default each connection pays its alpha in
 // parallel; with serialInterAlphaPerRank the sender pays them one after another.
 TEST(CostModel, InterHostAlphaSerialPerSender) {

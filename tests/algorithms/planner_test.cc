@@ -179,7 +179,9 @@ namespace {
 // hier AllReduce pipelines large buffers in parts: the parts' phases interleave across the
 // schedule, and the verifier must still prove it (the generator tests use small counts).
 TEST(HierParts, LargeCountsVerifyOnEvenAndUnevenHosts) {
-  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1}, {0, 0, 0, 1}, {0, 0, 1, 1, 1, 2}};
+  // Uneven hosts give a rank slices whose owners differ (its phase-2 units go to several peers).
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 0, 0, 1}, {0, 0, 1, 1, 1, 2}, {0, 1, 1, 1}, {0, 0, 1, 1, 1, 2, 2, 2, 2}};
   for (const auto& hostOf : layouts) {
     Result<std::shared_ptr<const RankLayout>> l = RankLayout::create(hostOf);
     ASSERT_TRUE(l.isOk());
