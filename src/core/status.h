@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <variant>
@@ -25,6 +26,15 @@ enum class Code : int {
   kAborted = loomAborted,
 };
 
+// Why an operation failed, where the code alone does not say it and callers act on it.
+enum class Cause : uint8_t {
+  kUnspecified,
+  // The peer's end went away: it closed or reset the connection, its process is gone, it marked
+  // itself failed or closed, or it deregistered a buffer in use (an RDMA remote access error).
+  // Often the consequence of the peer's own failure, whose report then names the real cause.
+  kPeerGone,
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -36,16 +46,29 @@ class [[nodiscard]] Status {
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
   loomResult_t result() const { return static_cast<loomResult_t>(code_); }
+  Cause cause() const { return cause_; }
 
-  // Prefixes context to the message ("while connecting to rank 3: ...").
+  // Prefixes context to the message ("while connecting to rank 3: ..."); the cause stays.
   Status withContext(const std::string& context) const {
     if (isOk()) return *this;
-    return Status(code_, context + ": " + message_);
+    return rewritten(code_, context + ": " + message_);
+  }
+  // The same failure under another code and message; the cause stays.
+  Status rewritten(Code code, std::string message) const {
+    Status s(code, std::move(message));
+    s.cause_ = cause_;
+    return s;
+  }
+  Status withCause(Cause cause) const {
+    Status s = *this;
+    if (!s.isOk()) s.cause_ = cause;
+    return s;
   }
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  Cause cause_ = Cause::kUnspecified;
 };
 
 template <typename... Args>

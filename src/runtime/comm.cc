@@ -745,13 +745,7 @@ Status Comm::awaitRemoteFailure(int ms) {
   }
 }
 
-bool Comm::isClosedPeer(const std::string& message) {
-  // A remote access error on RDMA: the peer deregistered the buffer, as a rank that failed does.
-  return message.find("closed") != std::string::npos ||
-         message.find("reset") != std::string::npos ||
-         message.find("process is gone") != std::string::npos ||
-         message.find("remote access error") != std::string::npos;
-}
+bool Comm::isClosedPeer(const Status& st) { return st.cause() == Cause::kPeerGone; }
 
 std::string Comm::closedPeerHint() {
   // The rank that closed may have failed because of another one: its report names the cause.
@@ -762,7 +756,7 @@ std::string Comm::closedPeerHint() {
 }
 
 Status Comm::explainLocalWait(Status st, const std::string& what) {
-  if (isClosedPeer(st.message())) st = Status(st.code(), st.message() + closedPeerHint());
+  if (isClosedPeer(st)) st = st.rewritten(st.code(), st.message() + closedPeerHint());
   return st.withContext(what);
 }
 

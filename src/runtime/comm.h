@@ -121,9 +121,9 @@ class Comm {
   // fails reports why over the bootstrap ring before it closes its data connections, but the
   // close can arrive first. Returns the report (naming the rank that failed first), or OK.
   Status awaitRemoteFailure(int ms);
-  // Whether a transport error says the peer closed its end (or reset it, its process is gone, or
-  // it deregistered the buffer an RDMA write was aimed at).
-  static bool isClosedPeer(const std::string& message);
+  // Whether a transport error says the peer went away (Cause::kPeerGone: it closed or reset its
+  // end, its process is gone, or it deregistered the buffer an RDMA write was aimed at).
+  static bool isClosedPeer(const Status& st);
   // What to add to such an error: the failure report that explains why the peer closed (it may
   // have failed because of another rank), waited for up to 250 ms, and the ranks known dead.
   std::string closedPeerHint();

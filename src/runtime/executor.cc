@@ -567,16 +567,16 @@ class Executor {
     const Step& s = r.plan->lowered.pieces[p].step;
     std::string hint;
     const std::string& m = st.message();
-    if (Comm::isClosedPeer(m)) {
+    if (Comm::isClosedPeer(st)) {
       hint = r.comm->closedPeerHint();
     } else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
       hint =
           " (the ranks called different collectives, or with different counts, datatypes, ops "
           "or roots)";
-    return Status(st.code() == Code::kAborted ? Code::kAborted : Code::kRemote,
-                  fmt::format("{}: {} {}: {}{}", collName(r.args.coll),
-                              s.kind == StepKind::kSend ? "sending to" : "receiving from",
-                              r.comm->describe(s.peer), m, hint));
+    return st.rewritten(st.code() == Code::kAborted ? Code::kAborted : Code::kRemote,
+                        fmt::format("{}: {} {}: {}{}", collName(r.args.coll),
+                                    s.kind == StepKind::kSend ? "sending to" : "receiving from",
+                                    r.comm->describe(s.peer), m, hint));
   }
 
   Status timeoutError(const CommRun& cr, int64_t timeoutMs) {

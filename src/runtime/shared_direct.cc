@@ -71,7 +71,8 @@ Status cmaCopy(const PeerBuf& b, size_t off, char* local, size_t bytes, bool wri
     return makeError(err == ESRCH ? Code::kRemote : Code::kSystem,
                      "{} of {} bytes at {:#x} in rank {} (pid {}) failed: {}",
                      write ? "process_vm_writev" : "process_vm_readv", bytes, b.remote + off,
-                     b.rank, b.pid, err == ESRCH ? "that process is gone" : std::strerror(err));
+                     b.rank, b.pid, err == ESRCH ? "that process is gone" : std::strerror(err))
+        .withCause(err == ESRCH ? Cause::kPeerGone : Cause::kUnspecified);
   }
   return Status();
 }

@@ -37,6 +37,19 @@ TEST(Status, PropagatesTheFirstError) {
   EXPECT_TRUE(Status().withContext("x").isOk());
 }
 
+// The cause survives context and rewording (the runtime acts on it, not on the text); an OK
+// status takes none.
+TEST(Status, CauseSurvivesContextAndRewording) {
+  Status st = LOOM_ERROR(kRemote, "peer left").withCause(Cause::kPeerGone);
+  EXPECT_EQ(st.withContext("receiving").cause(), Cause::kPeerGone);
+  Status re = st.rewritten(Code::kAborted, "aborted");
+  EXPECT_EQ(re.cause(), Cause::kPeerGone);
+  EXPECT_EQ(re.code(), Code::kAborted);
+  EXPECT_EQ(re.message(), "aborted");
+  EXPECT_EQ(LOOM_ERROR(kRemote, "closed, reset").cause(), Cause::kUnspecified);
+  EXPECT_EQ(Status().withCause(Cause::kPeerGone).cause(), Cause::kUnspecified);
+}
+
 TEST(Params, SizesParseWithBinarySuffixes) {
   int64_t v = 0;
   EXPECT_TRUE(parseSize("64", &v));

@@ -334,6 +334,7 @@ TEST_P(SocketTransportTest, PeerCloseFailsPendingReceive) {
   EXPECT_EQ(r2.status.code(), Code::kRemote);
   EXPECT_NE(r2.status.message().find("connection closed by peer 127.0.0.1:"), std::string::npos)
       << r2.status.message();
+  EXPECT_EQ(r2.status.cause(), Cause::kPeerGone);  // what makes the runtime ask for the cause
   Req later;
   EXPECT_FALSE(irecv(dst.data(), dst.size(), 1, &later).isOk());
 }

@@ -461,9 +461,11 @@ void Comm::pollCompletions() {
     for (int k = 0; k < got; ++k) {
       const ibv_wc& wc = wcs[k];
       if (wc.status != IBV_WC_SUCCESS) {
-        fail(Status(Code::kRemote,
-                    "InfiniBand: " + describeCompletion(dev()->api(), wc, opName(wc.wr_id), peer_)),
-             wc.status == IBV_WC_WR_FLUSH_ERR);
+        // A remote access error: the peer deregistered the buffer, as a rank that failed does.
+        Status st(Code::kRemote,
+                  "InfiniBand: " + describeCompletion(dev()->api(), wc, opName(wc.wr_id), peer_));
+        if (wc.status == IBV_WC_REM_ACCESS_ERR) st = st.withCause(Cause::kPeerGone);
+        fail(st, wc.status == IBV_WC_WR_FLUSH_ERR);
         continue;
       }
       switch (wrKind(wc.wr_id)) {
@@ -735,7 +737,8 @@ void Comm::checkPeer() {
     peerGone_ = LOOM_ERROR(kRemote,
                            "InfiniBand: {} closed the connection with requests in flight (its "
                            "process exited, failed or closed its comm)",
-                           peer_);
+                           peer_)
+                    .withCause(Cause::kPeerGone);
     LOOM_INFO(kSubNet, "{}", peerGone_.message());
     sock_.reset();
   }

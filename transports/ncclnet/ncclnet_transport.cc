@@ -412,8 +412,11 @@ class PluginTransport final : public net::Transport {
       said = "; it said: " + tLastWarn;
       tLastWarn.clear();
     }
-    return Status(codeOf(rc), fmt::format("{}: {} failed: {} ({}){}", describe(), what,
-                                          resultName(rc), static_cast<int>(rc), said));
+    // NCCL defines ncclRemoteError as a network error or a remote process that exited early:
+    // the peer went away, as far as the caller can tell.
+    Status st(codeOf(rc), fmt::format("{}: {} failed: {} ({}){}", describe(), what, resultName(rc),
+                                      static_cast<int>(rc), said));
+    return rc == ncclabi::ncclRemoteError ? st.withCause(Cause::kPeerGone) : st;
   }
 
   Status checkDev(int dev) const {

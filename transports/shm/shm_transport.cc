@@ -459,12 +459,15 @@ Status Transport::peerGone(int local) {
   const LocalPeer& p = peers_[local];
   auto st = static_cast<PeerState>(area(local)->state.load(std::memory_order_acquire));
   if (st == PeerState::kFailed)
-    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) failed", p.rank, p.pid);
+    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) failed", p.rank, p.pid)
+        .withCause(Cause::kPeerGone);
   if (st == PeerState::kClosed)
     return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) destroyed its communicator",
-                      p.rank, p.pid);
+                      p.rank, p.pid)
+        .withCause(Cause::kPeerGone);
   if (p.pid != myPid_ && processGone(p.pid))
-    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) exited", p.rank, p.pid);
+    return LOOM_ERROR(kRemote, "connection closed: rank {} (pid {}) exited", p.rank, p.pid)
+        .withCause(Cause::kPeerGone);
   return Status();
 }
 

@@ -439,12 +439,13 @@ bool SocketComm::addWaitFds(const SocketRequest* req, std::vector<pollfd>* fds) 
 
 Status SocketComm::ioError(const Status& st, int i, const char* what) const {
   if (st.code() == Code::kRemote)
-    return LOOM_ERROR(
-        kRemote, "socket transport: connection closed by peer {} while {} (socket {} of {}: {})",
-        peer_, what, i, nsocks_, st.message());
-  return Status(st.code(),
-                fmt::format("socket transport: {} while {} with peer {} (socket {} of {})",
-                            st.message(), what, peer_, i, nsocks_));
+    return st.rewritten(
+        Code::kRemote,
+        fmt::format("socket transport: connection closed by peer {} while {} (socket {} of {}: {})",
+                    peer_, what, i, nsocks_, st.message()));
+  return st.rewritten(st.code(),
+                      fmt::format("socket transport: {} while {} with peer {} (socket {} of {})",
+                                  st.message(), what, peer_, i, nsocks_));
 }
 
 void SocketComm::fail(const Status& st, uint64_t frame) {

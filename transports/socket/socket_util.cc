@@ -338,8 +338,8 @@ Result<size_t> sendSome(int fd, const void* data, size_t bytes) {
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
   if (errno == EPIPE || errno == ECONNRESET)
-    return Status(Code::kRemote,
-                  std::string("connection closed by peer (") + strerror(errno) + ")");
+    return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")")
+        .withCause(Cause::kPeerGone);
   return systemError("send", errno);
 }
 
@@ -351,8 +351,8 @@ Result<size_t> sendvSome(int fd, const struct iovec* iov, int count) {
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
   if (errno == EPIPE || errno == ECONNRESET)
-    return Status(Code::kRemote,
-                  std::string("connection closed by peer (") + strerror(errno) + ")");
+    return Status(Code::kRemote, std::string("connection closed by peer (") + strerror(errno) + ")")
+        .withCause(Cause::kPeerGone);
   return systemError("sendmsg", errno);
 }
 
@@ -360,9 +360,10 @@ Result<size_t> recvSome(int fd, void* data, size_t bytes) {
   if (bytes == 0) return size_t(0);
   ssize_t n = ::recv(fd, data, bytes, MSG_DONTWAIT);
   if (n > 0) return static_cast<size_t>(n);
-  if (n == 0) return Status(Code::kRemote, "connection closed by peer");
+  if (n == 0) return Status(Code::kRemote, "connection closed by peer").withCause(Cause::kPeerGone);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return size_t(0);
-  if (errno == ECONNRESET) return Status(Code::kRemote, "connection reset by peer");
+  if (errno == ECONNRESET)
+    return Status(Code::kRemote, "connection reset by peer").withCause(Cause::kPeerGone);
   return systemError("recv", errno);
 }
 
