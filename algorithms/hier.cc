@@ -124,13 +124,17 @@ RankSchedule hierAllReduce(const CollArgs& args, int rank) {
   auto src = [&](size_t off) { return l > 1 ? outputAt(off) : inputAt(off); };
   struct Unit {
     Block sl;
-    int up, down;             // the slice's owners on the next and the previous host
-    std::vector<int> owners;  // on every host, in host order
+    std::vector<int> owners;  // the slice's owners on every host, in host order
+  };
+  // The owners on the next and on the previous host.
+  auto up = [&](const Unit& un) { return un.owners[static_cast<size_t>(modRank(v.host + 1, H))]; };
+  auto down = [&](const Unit& un) {
+    return un.owners[static_cast<size_t>(modRank(v.host - 1, H))];
   };
   std::vector<Unit> units;
   for (int p = 0; p < parts && H > 1; ++p) {
     for (int s = j; s < S; s += l) {
-      Unit un{slice(p, s), v.rankOn(v.host + 1, s), v.rankOn(v.host - 1, s), {}};
+      Unit un{slice(p, s), {}};
       for (int g = 0; g < H; ++g) un.owners.push_back(v.rankOn(g, s));
       units.push_back(std::move(un));
     }
@@ -143,17 +147,17 @@ RankSchedule hierAllReduce(const CollArgs& args, int rank) {
   auto reduceScatterHalf = [&](const Unit& un) {
     for (int t = 0; t < H - 1; ++t) {
       const Block sb = sub(un.sl, -t);
-      b.send(un.up, t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
+      b.send(up(un), t == 0 ? src(sb.offset) : outputAt(sb.offset), sb.count);
       const Block rb = sub(un.sl, -t - 1);
-      b.recvReduce(un.down, src(rb.offset), outputAt(rb.offset), rb.count);
+      b.recvReduce(down(un), src(rb.offset), outputAt(rb.offset), rb.count);
     }
   };
   auto allGatherHalf = [&](const Unit& un) {
     for (int t = 0; t < H - 1; ++t) {
       const Block sb = sub(un.sl, 1 - t);
-      b.send(un.up, outputAt(sb.offset), sb.count);
+      b.send(up(un), outputAt(sb.offset), sb.count);
       const Block rb = sub(un.sl, -t);
-      b.recv(un.down, outputAt(rb.offset), rb.count);
+      b.recv(down(un), outputAt(rb.offset), rb.count);
     }
   };
   std::vector<size_t> pending;  // units whose allgather is not listed yet, in order

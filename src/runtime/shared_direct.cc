@@ -262,8 +262,6 @@ double sharedDirectSeconds(Comm& comm, const OpArgs& op, bool cma) {
   double perRank = m.memBytesPerSec;
   if (!m.hostMemBytesPerSec.empty() && m.hostMemBytesPerSec[0] > 0)
     perRank = std::min(perRank, m.hostMemBytesPerSec[0] / static_cast<double>(n));
-  if (!m.hostRankMemBytesPerSec.empty() && m.hostRankMemBytesPerSec[0] > 0)
-    perRank = std::min(perRank, m.hostRankMemBytesPerSec[0]);
   double seconds = (reads + writes) / (2 * perRank);
   if (cma) seconds *= cmaFactor(n);
   return seconds + 2 * m.intra.alphaSec;
