@@ -631,6 +631,18 @@ TEST_P(IbTransportTest, PeerProcessKilledIsAnErrorNotAHang) {
     ::_exit(forkChild(fds[0]));
   }
   ::close(fds[0]);
+  // Whatever assertion fails below, the child goes with the test: left alive it would keep the
+  // test's output pipe open and ctest would wait for it until its timeout (seen once in CI: a
+  // child stuck after the fork, a 60 s failure that cost 600 s).
+  struct KillOnExit {
+    pid_t pid;
+    ~KillOnExit() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } child{pid};
   ASSERT_EQ(::write(fds[1], handle.bytes, sizeof(handle.bytes)), ssize_t(sizeof(handle.bytes)));
   ::close(fds[1]);
   void* recv = nullptr;
@@ -641,6 +653,7 @@ TEST_P(IbTransportTest, PeerProcessKilledIsAnErrorNotAHang) {
     // A child that died before connecting (ThreadSanitizer refuses threads after a fork) ends
     // the wait at once.
     if (recv == nullptr && ::waitpid(pid, &status, WNOHANG) == pid) {
+      child.pid = -1;  // reaped
       FAIL() << "the child exited before connecting (status " << status << ")";
     }
   }
@@ -658,6 +671,7 @@ TEST_P(IbTransportTest, PeerProcessKilledIsAnErrorNotAHang) {
   ASSERT_TRUE(t_->irecv(recv, 1, &b, &cap, &tag, nullptr, &r2.handle).isOk());
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
+  child.pid = -1;
   EXPECT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
   ASSERT_TRUE(drive(t_.get(), {&r2}, 60000)) << "a dead peer must not hang the receiver";
   ASSERT_FALSE(r2.status.isOk());
