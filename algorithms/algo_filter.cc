@@ -44,9 +44,10 @@ std::string validAlgoNames() {
 
 }  // namespace
 
-Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
+Result<AlgoFilter> AlgoFilter::parse(const std::string& spec, const char* source) {
   AlgoFilter f;
   f.spec_ = spec;
+  f.source_ = source;
   if (trim(spec).empty()) return f;
   std::set<std::string> known;
   for (const AlgorithmInfo& a : algorithms()) known.insert(a.name);
@@ -58,7 +59,7 @@ Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
     if (colon != std::string::npos) {
       std::string cname = asciiLower(trim(part.substr(0, colon)));
       if (!collFromSpecName(cname, &r.coll))
-        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: unknown collective '{}' (valid: {})",
+        return LOOM_ERROR(kInvalidArgument, "{}={}: unknown collective '{}' (valid: {})", source,
                           spec, cname, validCollNames());
       r.any = false;
       list = trim(part.substr(colon + 1));
@@ -70,9 +71,9 @@ Result<AlgoFilter> AlgoFilter::parse(const std::string& spec) {
     for (const std::string& name : split(list, ',')) {
       std::string n = asciiLower(name);
       if (n.empty())
-        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: empty algorithm name", spec);
+        return LOOM_ERROR(kInvalidArgument, "{}={}: empty algorithm name", source, spec);
       if (!known.count(n))
-        return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={}: unknown algorithm '{}' (valid: {})",
+        return LOOM_ERROR(kInvalidArgument, "{}={}: unknown algorithm '{}' (valid: {})", source,
                           spec, n, validAlgoNames());
       r.names.push_back(n);
     }
@@ -102,8 +103,8 @@ Result<std::string> AlgoFilter::choose(CollKind coll, const std::string& preferr
     if (allows(coll, a.name)) return std::string(a.name);
     registered += (registered.empty() ? "" : ", ") + std::string(a.name);
   }
-  return LOOM_ERROR(kInvalidArgument, "LOOM_ALGO={} leaves no algorithm for {} (it has: {})", spec_,
-                    collName(coll), registered);
+  return LOOM_ERROR(kInvalidArgument, "{}={} leaves no algorithm for {} (it has: {})", source_,
+                    spec_, collName(coll), registered);
 }
 
 }  // namespace loom

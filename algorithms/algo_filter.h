@@ -18,8 +18,8 @@ namespace loom {
 
 class AlgoFilter {
  public:
-  // An empty spec allows everything.
-  static Result<AlgoFilter> parse(const std::string& spec);
+  // An empty spec allows everything. source names where the spec came from in error messages.
+  static Result<AlgoFilter> parse(const std::string& spec, const char* source = "LOOM_ALGO");
 
   bool allows(CollKind coll, const std::string& algorithm) const;
   // The algorithm to run: `preferred` when allowed, else the first allowed algorithm registered
@@ -35,6 +35,7 @@ class AlgoFilter {
     std::vector<std::string> names;
   };
   std::string spec_;
+  std::string source_ = "LOOM_ALGO";
   std::vector<Rule> rules_;
 };
 

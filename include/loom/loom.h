@@ -203,6 +203,16 @@ LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, s
                                        loomDataType_t datatype, int root, int inPlace,
                                        loomPlanInfo_t* info);
 
+/* Loom extension: the algorithms comm's collectives may use, in LOOM_ALGO's grammar
+ * ("allreduce:ring,tree;broadcast:^direct"), in place of LOOM_ALGO for this communicator only; NULL
+ * or "" goes back to LOOM_ALGO. Takes effect from the next call. Every rank of comm must set the
+ * same spec before the same call, as every rank must see the same LOOM_ALGO: ranks that disagree
+ * run different schedules, which fail as mismatched calls (after LOOM_TIMEOUT at worst). Errors:
+ * NULL comm, a spec LOOM_ALGO would reject (the message names the valid collectives and
+ * algorithms; loomInvalidArgument), a call inside a group (loomInvalidUsage); the previous
+ * setting then stays. */
+LOOM_API loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec);
+
 /* Host memory that the other processes of this host can map (as ncclMemAlloc is to NCCL): a
  * shared-memory message from a buffer allocated here is read by the receiving process straight
  * from this buffer, with one copy and no system call, instead of through the transport's slots.

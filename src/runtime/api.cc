@@ -320,7 +320,7 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
     copyName(info->source, sizeof(info->source), "rule");
     info->predictedUs = -1;
     if (params::kPlanner.asBool() && cm->planner() && cm->nranks() > 1) {
-      LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, currentAlgoFilter());
+      LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, currentAlgoFilter(*cm));
       LOOM_ASSIGN(Plan plan, cm->planFor(planArgsOf(*cm, op), dataTypeSize(op.dtype), *filter));
       copyName(info->source, sizeof(info->source), plan.source);
       info->predictedUs = plan.predictedSec < 0 ? -1 : plan.predictedSec * 1e6;
@@ -346,6 +346,23 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
         if (onePass >= 0) info->predictedUs = onePass * 1e6;
       }
     }
+    return Status();
+  });
+}
+
+loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec) {
+  return guarded("loomCommSetAlgo", [&]() -> Status {
+    LOOM_TRY(checkComm(comm));
+    // The calls of an open group choose their algorithms at loomGroupEnd: which setting would
+    // apply to which would depend on that.
+    if (tGroup.depth > 0)
+      return LOOM_ERROR(kInvalidUsage, "loomCommSetAlgo inside loomGroupStart/loomGroupEnd");
+    if (!spec || !*spec) {
+      comm->impl->setAlgoOverride(nullptr);
+      return Status();
+    }
+    LOOM_ASSIGN(AlgoFilter f, AlgoFilter::parse(spec, "loomCommSetAlgo"));
+    comm->impl->setAlgoOverride(std::make_shared<const AlgoFilter>(std::move(f)));
     return Status();
   });
 }

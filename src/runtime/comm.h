@@ -97,6 +97,9 @@ class Comm {
   const Planner* planner() const { return planner_.get(); }
   // The planner's choice for op under filter, computed once per call shape and logged (PLAN).
   Result<Plan> planFor(const CollArgs& args, size_t elemSize, const AlgoFilter& filter);
+  // loomCommSetAlgo: this communicator's algorithm filter in place of LOOM_ALGO's (null: none).
+  void setAlgoOverride(std::shared_ptr<const AlgoFilter> f) { algoOverride_ = std::move(f); }
+  const std::shared_ptr<const AlgoFilter>& algoOverride() const { return algoOverride_; }
 
   // Nonblocking connection setup, driven by the executor. Returns the transport comm once the
   // connection is usable, nullptr while it is being established.
@@ -226,7 +229,8 @@ class Comm {
   std::unique_ptr<PlanCache> plans_;
   std::unique_ptr<Planner> planner_;
   std::mutex planMu_;
-  std::map<std::string, Plan> planChoices_;  // by call shape and LOOM_ALGO
+  std::map<std::string, Plan> planChoices_;         // by call shape and LOOM_ALGO
+  std::shared_ptr<const AlgoFilter> algoOverride_;  // loomCommSetAlgo; used by the calling thread
   Status buildPlanner();
   std::atomic<bool> abort_{false};
   mutable std::mutex errMu_;

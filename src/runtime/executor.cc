@@ -78,7 +78,8 @@ static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
 }
 
 // LOOM_ALGO, parsed once per distinct value.
-Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter() {
+Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm) {
+  if (comm.algoOverride()) return comm.algoOverride();
   static std::mutex mu;
   static std::string lastSpec;
   static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
@@ -98,7 +99,7 @@ Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter() {
 
 Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op) {
   if (op.coll == CollKind::kSendRecv) return std::string("p2p");
-  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentAlgoFilter());
+  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentAlgoFilter(comm));
   if (!params::kPlanner.asBool() || !comm.planner() || comm.nranks() < 2)
     return f->choose(op.coll, defaultChoice(op, comm.nranks(), comm.allLocal()));
   LOOM_ASSIGN(Plan plan, comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f));

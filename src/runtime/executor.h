@@ -78,8 +78,9 @@ class PlanCache {
 Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op);
 // What the planner prices for op: the same on every rank (see the Broadcast/Reduce note).
 CollArgs planArgsOf(const Comm& comm, const OpArgs& op);
-// LOOM_ALGO's filter, parsed once per distinct value (an error names a bad spec).
-Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter();
+// The algorithm filter in force on comm: loomCommSetAlgo's, else LOOM_ALGO's (parsed once per
+// distinct value; an error names a bad spec).
+Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm);
 
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);

@@ -283,7 +283,7 @@ SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op) {
                : none;
   }
   // With it, the plan chooseAlgorithm would return (one lookup of the cached choice).
-  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter();
+  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter(comm);
   if (!f.isOk()) return none;
   Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
   if (!plan.isOk()) return none;

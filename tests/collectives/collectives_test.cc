@@ -180,6 +180,56 @@ TEST(ForcedAlgorithms, UnknownNameFailsInitWithTheValidNames) {
   if (comm) loomCommDestroy(comm);
 }
 
+// loomCommSetAlgo replaces LOOM_ALGO for one communicator; NULL goes back to LOOM_ALGO; a bad spec
+// or a call inside a group is refused and leaves the setting as it was.
+TEST(ForcedAlgorithms, SetAlgoOverridesLoomAlgoForOneCommunicator) {
+  setParam("LOOM_SHM_LL_MAX", "0");  // read at init: schedules run
+  ThreadRanks tr(3);
+  setParam("LOOM_SHM_LL_MAX", nullptr);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t count = 1 << 16;
+  auto planned = [&](loomComm_t comm) {
+    loomPlanInfo_t info;
+    if (loomCommPlanInfo(comm, loomCollAllReduce, count, loomFloat32, 0, 0, &info) != loomSuccess)
+      return std::string("error: ") + loomGetLastError();
+    return std::string(info.algorithm);
+  };
+  // Every rank sets it, then runs an allreduce that must be correct under it.
+  auto setAndRun = [&](const char* spec) {
+    return tr.run([&](int rank, loomComm_t comm) -> std::string {
+      if (loomCommSetAlgo(comm, spec) != loomSuccess) return loomGetLastError();
+      std::vector<float> a(count, static_cast<float>(rank + 1)), b(count, -1.0f);
+      if (loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr) !=
+          loomSuccess)
+        return loomGetLastError();
+      for (float v : b)
+        if (v != 6.0f) return "wrong sum " + std::to_string(v) + " under " + (spec ? spec : "NULL");
+      return "";
+    });
+  };
+  setParam("LOOM_ALGO", "allreduce:rd");
+  EXPECT_EQ(planned(tr.comm(0)), "rd");
+  EXPECT_EQ(setAndRun("allreduce:ring"), "");
+  EXPECT_EQ(planned(tr.comm(0)), "ring");
+  EXPECT_EQ(planned(tr.comm(1)), "ring");
+
+  EXPECT_EQ(loomCommSetAlgo(tr.comm(0), "allreduce:nope"), loomInvalidArgument);
+  std::string msg = loomGetLastError();
+  EXPECT_NE(msg.find("loomCommSetAlgo=allreduce:nope: unknown algorithm 'nope'"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("rhd"), std::string::npos) << msg;
+  EXPECT_EQ(planned(tr.comm(0)), "ring");  // unchanged
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  EXPECT_EQ(loomCommSetAlgo(tr.comm(0), "allreduce:tree"), loomInvalidUsage);
+  ASSERT_EQ(loomGroupEnd(), loomSuccess);
+  EXPECT_EQ(planned(tr.comm(0)), "ring");
+
+  EXPECT_EQ(setAndRun(nullptr), "");  // back to LOOM_ALGO
+  EXPECT_EQ(planned(tr.comm(2)), "rd");
+  setParam("LOOM_ALGO", nullptr);
+  EXPECT_EQ(loomCommSetAlgo(nullptr, "ring"), loomInvalidArgument);
+}
+
 TEST(AllReduceAlgorithms, RanksThatDisagreeOnTheAlgorithmFailInsteadOfHanging) {
   ThreadRanks tr(3);
   ASSERT_TRUE(tr.ok()) << tr.error();

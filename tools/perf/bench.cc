@@ -171,7 +171,9 @@ class Bench {
     print(formatHeader(opts_, ranks_));
     for (loomDataType_t type : opts_.types)
       for (loomRedOp_t op : ops)
-        for (int root : roots) LOOM_TRY(timeTest(type, op, root, info.hasOp));
+        for (int root : roots)
+          LOOM_TRY(opts_.compare.empty() ? timeTest(type, op, root, info.hasOp)
+                                         : compareTest(type, op, root, info.hasOp));
 
     double avg = busBwCount_ ? busBwSum_ / busBwCount_ : 0;
     print(formatFooter(totalWrong_, avg));
@@ -179,19 +181,29 @@ class Bench {
     return Status::ok();
   }
 
+  // The collective as loomCommPlanInfo and LOOM_ALGO name it; null for sendrecv.
+  struct PlanName {
+    CollKind kind;
+    loomCollective_t coll;
+    const char* spec;
+  };
+  const PlanName* planName() const {
+    static const PlanName kMap[] = {
+        {CollKind::kAllReduce, loomCollAllReduce, "allreduce"},
+        {CollKind::kAllGather, loomCollAllGather, "allgather"},
+        {CollKind::kReduceScatter, loomCollReduceScatter, "reducescatter"},
+        {CollKind::kBroadcast, loomCollBroadcast, "broadcast"},
+        {CollKind::kReduce, loomCollReduce, "reduce"},
+        {CollKind::kAllToAll, loomCollAllToAll, "alltoall"}};
+    for (const auto& m : kMap)
+      if (m.kind == opts_.coll) return &m;
+    return nullptr;
+  }
+
   // --plan: what the planner chooses for each size of the sweep, from rank 0; nothing runs.
   Status printPlan(const std::vector<int>& roots) {
     if (ctx_.rank != 0) return Status::ok();
-    static const std::pair<CollKind, loomCollective_t> kMap[] = {
-        {CollKind::kAllReduce, loomCollAllReduce},
-        {CollKind::kAllGather, loomCollAllGather},
-        {CollKind::kReduceScatter, loomCollReduceScatter},
-        {CollKind::kBroadcast, loomCollBroadcast},
-        {CollKind::kReduce, loomCollReduce},
-        {CollKind::kAllToAll, loomCollAllToAll}};
-    const loomCollective_t* coll = nullptr;
-    for (const auto& m : kMap)
-      if (m.first == opts_.coll) coll = &m.second;
+    const loomCollective_t* coll = planName() ? &planName()->coll : nullptr;
     if (!coll) {
       usageError_ = true;
       return Status(Code::kInvalidArgument, "--plan: sendrecv is point to point (no algorithm)");
@@ -354,6 +366,70 @@ class Bench {
         }
         print("\n");
         rowOpen_ = false;
+        rows_.push_back(row);
+      }
+      ++cycle;
+    } while (--repeat);
+    return Status::ok();
+  }
+
+  // --compare: every listed algorithm at each size, interleaved (round r starts with algorithm
+  // r mod A, so that none always follows the same one), each keeping its fastest round. A burst of
+  // noise, or a slow phase of a shared machine, then hits every algorithm alike.
+  Status compareTest(loomDataType_t type, loomRedOp_t op, int root, bool hasOp) {
+    const size_t el = dataTypeSize(type);
+    const size_t nAlgos = opts_.compare.size();
+    auto use = [&](const std::string& algo) -> Status {
+      std::string spec = algo == "auto" ? "" : std::string(planName()->spec) + ":" + algo;
+      Status st = loomCall(loomCommSetAlgo(ctx_.comm, spec.c_str()), "loomCommSetAlgo");
+      if (!st.isOk()) usageError_ = true;  // an unknown name: the same on every rank
+      return st;
+    };
+    for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
+      CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+      for (int w = 0; w < opts_.warmupIters; ++w)
+        LOOM_TRY(issue(makeCall(type, op, root, c, false, w)).withContext("warm-up"));
+    }
+    Pattern pattern(opts_.coll, type, op, ctx_.nranks);
+    long repeat = opts_.runCycles;
+    int cycle = 0;
+    do {
+      for (size_t bytes : sweepSizes(opts_)) {
+        CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+        Row row;
+        row.cycle = cycle;
+        row.bytes = std::max(c.sendCount, c.recvCount) * el;
+        row.count = c.paramCount;
+        row.type = dataTypeName(type);
+        row.redop = hasOp ? redOpName(op) : "none";
+        row.root = root;
+        for (const std::string& a : opts_.compare) row.compare.push_back({a, Measurement{}});
+        for (int round = 0; round < opts_.compareRounds; ++round) {
+          for (size_t k = 0; k < nAlgos; ++k) {
+            auto& entry = row.compare[(k + static_cast<size_t>(round)) % nAlgos];
+            LOOM_TRY(use(entry.first));
+            Measurement m;
+            LOOM_TRY(benchTime(type, op, root, c, false, pattern, &m)
+                         .withContext(fmt::format("{} size {} --compare {}", collName(opts_.coll),
+                                                  row.bytes, entry.first)));
+            Measurement& best = entry.second;
+            int64_t wrong = best.wrong < 0 ? m.wrong : best.wrong + std::max<int64_t>(m.wrong, 0);
+            if (round == 0 || m.timeUs < best.timeUs) best = m;
+            best.wrong = wrong;
+          }
+        }
+        LOOM_TRY(use("auto"));
+        loomPlanInfo_t pi;
+        if (ctx_.rank == 0 && loomCommPlanInfo(ctx_.comm, planName()->coll, c.paramCount, type,
+                                               root < 0 ? 0 : root, 0, &pi) == loomSuccess)
+          row.planned =
+              std::string(pi.algorithm) +
+              (std::string(pi.path) == "schedule" ? "" : " (" + std::string(pi.path) + ")");
+        for (const auto& e : row.compare) {
+          busBwSum_ += e.second.busBw;
+          ++busBwCount_;
+        }
+        print(formatCompareRow(row));
         rows_.push_back(row);
       }
       ++cycle;

@@ -189,6 +189,12 @@ int parseOptions(int argc, char** argv, Options* opts) {
   app.add_flag("--plan", opts->plan,
                "Print, for each size of the sweep, the path, algorithm and predicted time the "
                "planner chooses (and every candidate's), without running anything");
+  std::string compareText;
+  app.add_option("--compare", compareText,
+                 "Comma list of algorithms (LOOM_ALGO names, and 'auto' for the planner's choice) "
+                 "to time interleaved at each size, out of place: every round runs each once "
+                 "(-n iterations, timed as -a says), and each keeps its best round");
+  app.add_option("--compare-rounds", opts->compareRounds, "Rounds of --compare (default 5)");
   app.footer(
       "Without -np, ranks come from mpirun (OMPI_COMM_WORLD_*), torchrun (WORLD_SIZE), or srun "
       "with LOOM_COMM_ID; otherwise one rank runs.");
@@ -256,6 +262,23 @@ int parseOptions(int argc, char** argv, Options* opts) {
   if (opts->timeoutSec < 0 || opts->timeoutSec > 2000000)
     return usageError("-T/--timeout must be between 0 and 2000000 seconds");
   if (npOpt->count() > 0 && opts->np < 1) return usageError("-np must be at least 1");
+  if (!compareText.empty()) {
+    size_t start = 0;
+    while (start <= compareText.size()) {
+      size_t comma = compareText.find(',', start);
+      if (comma == std::string::npos) comma = compareText.size();
+      std::string name = compareText.substr(start, comma - start);
+      if (name.empty()) return usageError("--compare '" + compareText + "': an empty name");
+      for (const std::string& seen : opts->compare)
+        if (seen == name) return usageError("--compare '" + compareText + "': " + name + " twice");
+      opts->compare.push_back(name);
+      start = comma + 1;
+    }
+    if (opts->coll == CollKind::kSendRecv)
+      return usageError("--compare: sendrecv is point to point (no algorithm)");
+    if (opts->plan) return usageError("--compare and --plan: choose one");
+  }
+  if (opts->compareRounds < 1) return usageError("--compare-rounds must be at least 1");
   noteIgnored("-p/--parallel_init", parallelInit);
   noteIgnored("-G/--cudagraph", cudaGraph);
   noteIgnored("-C/--report_cputime", cpuTime);

@@ -51,6 +51,10 @@ struct Options {
   int np = 0;  // > 0: spawn that many local ranks
   bool printParams = false;
   bool plan = false;  // --plan: print the planner's choices for the sweep instead of running it
+  // --compare: these algorithms ("auto": the planner's choice), timed interleaved at each size
+  // (out of place), each the best of compareRounds rounds of -n iterations.
+  std::vector<std::string> compare;
+  int compareRounds = 5;
 };
 
 // Parses argv into *opts. Returns -1 when the program should run, otherwise the exit code

@@ -61,6 +61,22 @@ std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks
                    r.host.c_str(), r.device, r.cpu.c_str());
   }
   out += "#\n";
+  if (!opts.compare.empty()) {
+    out += cformat(
+        "# Compared interleaved, out of place: each time (us) is the algorithm's best of %d "
+        "rounds of %d iterations; #wrong sums every round's\n",
+        opts.compareRounds, opts.iters);
+    std::string names, units;
+    for (const std::string& a : opts.compare) {
+      names += cformat("  %10s  %6s", a.c_str(), "#wrong");
+      units += cformat("  %10s  %6s", "(us)", "");
+    }
+    out += cformat("# %10s  %12s  %8s  %6s  %6s%s  %10s  %6s  %s\n", "size", "count", "type",
+                   "redop", "root", names.c_str(), "fastest", "auto/f", "auto ran");
+    out +=
+        cformat("# %10s  %12s  %8s  %6s  %6s%s\n", "(B)", "(elements)", "", "", "", units.c_str());
+    return out;
+  }
   out += cformat(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
       "          \n",
@@ -95,6 +111,25 @@ std::string formatMeasurement(const Measurement& m) {
   return cformat("  %7s  %6.2f  %6.2f  %5s", time.c_str(), m.algBw, m.busBw, "N/A");
 }
 
+std::string formatCompareRow(const Row& row) {
+  std::string out = formatRowPrefix(row);
+  const std::pair<std::string, Measurement>* fastest = nullptr;
+  const Measurement* automatic = nullptr;
+  for (const auto& c : row.compare) {
+    out += cformat("  %10.1f  %6s", c.second.timeUs,
+                   c.second.wrong < 0 ? "N/A" : std::to_string(c.second.wrong).c_str());
+    if (!fastest || c.second.timeUs < fastest->second.timeUs) fastest = &c;
+    if (c.first == "auto") automatic = &c.second;
+  }
+  out += cformat("  %10s", fastest ? fastest->first.c_str() : "-");
+  if (automatic && fastest && fastest->second.timeUs > 0)
+    out += cformat("  %6.2f", automatic->timeUs / fastest->second.timeUs);
+  else
+    out += cformat("  %6s", "-");
+  if (!row.planned.empty()) out += "  " + row.planned;
+  return out + "\n";
+}
+
 std::string formatFooter(int64_t wrongValues, double avgBusBw) {
   std::string out;
   out += cformat("# Out of bounds values : %lld %s\n", static_cast<long long>(wrongValues),
@@ -125,6 +160,10 @@ bool writeJson(const std::string& path, const JsonReport& report, std::string* e
                   {"run_cycles", o.runCycles},
                   {"timeout_s", o.timeoutSec},
                   {"root", o.root}};
+  if (!o.compare.empty()) {
+    j["options"]["compare"] = o.compare;
+    j["options"]["compare_rounds"] = o.compareRounds;
+  }
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : report.ranks) {
     ranks.push_back(
@@ -133,14 +172,18 @@ bool writeJson(const std::string& path, const JsonReport& report, std::string* e
   j["ranks"] = ranks;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : report.rows) {
-    rows.push_back({{"cycle", r.cycle},
-                    {"size", r.bytes},
-                    {"count", r.count},
-                    {"type", r.type},
-                    {"redop", r.redop},
-                    {"root", r.root},
-                    {"out_of_place", measurementJson(r.outOfPlace)},
-                    {"in_place", measurementJson(r.inPlace)}});
+    nlohmann::json row = {{"cycle", r.cycle}, {"size", r.bytes},  {"count", r.count},
+                          {"type", r.type},   {"redop", r.redop}, {"root", r.root}};
+    if (r.compare.empty()) {
+      row["out_of_place"] = measurementJson(r.outOfPlace);
+      row["in_place"] = measurementJson(r.inPlace);
+    } else {
+      nlohmann::json cmp = nlohmann::json::object();
+      for (const auto& c : r.compare) cmp[c.first] = measurementJson(c.second);
+      row["compare"] = cmp;  // out of place, each algorithm's best round
+      row["planned"] = r.planned;
+    }
+    rows.push_back(row);
   }
   j["results"] = rows;
   j["out_of_bounds_values"] = report.wrongValues;

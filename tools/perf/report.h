@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/perf/options.h"
@@ -36,6 +37,10 @@ struct Row {
   int root = -1;
   Measurement outOfPlace;
   Measurement inPlace;
+  // --compare: each algorithm's best round (out of place), in --compare's order, and what "auto"
+  // ran (the planner's choice, as loomCommPlanInfo names it).
+  std::vector<std::pair<std::string, Measurement>> compare;
+  std::string planned;
 };
 
 // "# nThread 1 nGpus 1 minBytes ..." through the two-line column header.
@@ -44,6 +49,9 @@ std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks
 std::string formatRowPrefix(const Row& row);
 // One "  time  algbw  busbw  #wrong" block; #wrong is N/A when the measurement was not validated.
 std::string formatMeasurement(const Measurement& m);
+// --compare's two header lines, and one row (prefix, each algorithm's time, the fastest).
+std::string formatCompareHeader(const Options& opts);
+std::string formatCompareRow(const Row& row);
 // "# Out of bounds values : N OK" and "# Avg bus bandwidth    : X" and "#".
 std::string formatFooter(int64_t wrongValues, double avgBusBw);
 
