@@ -33,6 +33,10 @@ enum class Cause : uint8_t {
   // itself failed or closed, or it deregistered a buffer in use (an RDMA remote access error).
   // Often the consequence of the peer's own failure, whose report then names the real cause.
   kPeerGone,
+  // The peer's message does not fit the receive posted for it: another tag, or more bytes (or,
+  // for a reduction, other bytes) than posted. Between ranks, the sign of calls that differ
+  // (collective, count, datatype, op or root).
+  kMismatch,
 };
 
 class [[nodiscard]] Status {

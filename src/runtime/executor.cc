@@ -570,7 +570,7 @@ class Executor {
     const std::string& m = st.message();
     if (Comm::isClosedPeer(st)) {
       hint = r.comm->closedPeerHint();
-    } else if (m.find("tag") != std::string::npos || m.find("truncated") != std::string::npos)
+    } else if (st.cause() == Cause::kMismatch)
       hint =
           " (the ranks called different collectives, or with different counts, datatypes, ops "
           "or roots)";

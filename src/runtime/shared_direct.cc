@@ -288,8 +288,11 @@ SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op) {
   Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
   if (!plan.isOk()) return none;
   const bool priced = plan.value().source == std::string("model");
+  // Chosen by the model or by a tuning file, the direct schedule has its model price (when it
+  // could be priced): one pass through process_vm_readv/writev runs only below it, as it did
+  // when loom-tune measured "direct" forced.
   if (plan.value().algorithm == "direct")
-    return {SharedDirectUse::kPlanned, priced ? plan.value().predictedSec : -1};
+    return {SharedDirectUse::kPlanned, plan.value().predictedSec};
   // Elsewhere only when the model prefers one pass, LOOM_ALGO allows "direct", the size is within
   // LOOM_SHM_DIRECT_MAX, single copy is on, and every pair of processes can reach each other's
   // allocations.

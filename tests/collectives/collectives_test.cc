@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -421,6 +422,32 @@ TEST(BadInput, CountsThatDifferFailOnEveryRank) {
     });
     EXPECT_EQ(all, "") << collName(coll);
   }
+}
+
+// On a schedule, the rank whose transport sees a message that does not fit (Cause::kMismatch)
+// says what the ranks probably did.
+TEST(BadInput, CountsThatDifferOnAScheduleNameTheLikelyCause) {
+  setParam("LOOM_SHM_LL_MAX", "0");  // read at init: the ring runs, not the low-latency exchange
+  ThreadRanks tr(3);
+  setParam("LOOM_SHM_LL_MAX", nullptr);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  std::mutex mu;
+  std::string messages;
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    if (loomCommSetAlgo(comm, "allreduce:ring") != loomSuccess) return loomGetLastError();
+    size_t count = rank == 1 ? 3005 : 3000;
+    std::vector<float> a(3010, 1.0f), b(3010);
+    if (loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr) ==
+        loomSuccess)
+      return "";  // its part matched; another rank reports
+    std::lock_guard<std::mutex> lk(mu);
+    messages += std::string(loomGetLastError()) + "\n";
+    return "";
+  });
+  EXPECT_EQ(all, "");
+  EXPECT_NE(messages.find("the ranks called different collectives, or with different counts"),
+            std::string::npos)
+      << messages;
 }
 
 TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {

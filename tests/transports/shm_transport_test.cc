@@ -122,6 +122,7 @@ TEST(Shm, WrongTagAndTruncationAreErrorsNotCorruption) {
       Status st = exchange(p, src.data(), 100, 1, dst.data(), 100, 2, &got);
       EXPECT_FALSE(st.isOk());
       EXPECT_NE(st.message().find("tag"), std::string::npos) << st.message();
+      EXPECT_EQ(st.cause(), Cause::kMismatch);
       EXPECT_EQ(dst[0], 0);
     }
     {
@@ -131,6 +132,7 @@ TEST(Shm, WrongTagAndTruncationAreErrorsNotCorruption) {
       Status st = exchange(p, src.data(), 100, 1, dst.data(), 50, 1, &got);
       EXPECT_FALSE(st.isOk());
       EXPECT_NE(st.message().find("truncated"), std::string::npos) << st.message();
+      EXPECT_EQ(st.cause(), Cause::kMismatch);
       EXPECT_EQ(dst[50], 0);
     }
   }

@@ -183,6 +183,7 @@ TEST_P(SocketTransportTest, TruncatedReceiveFailsWithoutOverflow) {
     ASSERT_FALSE(r.status.isOk()) << "truncation not reported";
     EXPECT_NE(r.status.message().find("message truncated"), std::string::npos)
         << r.status.message();
+    EXPECT_EQ(r.status.cause(), Cause::kMismatch);
     EXPECT_NE(r.status.message().find(std::to_string(sent)), std::string::npos)
         << r.status.message();
     EXPECT_NE(r.status.message().find("127.0.0.1"), std::string::npos) << r.status.message();
@@ -203,6 +204,7 @@ TEST_P(SocketTransportTest, TagMismatch) {
   ASSERT_TRUE(drive(t_.get(), {&r}, testing_util::kTestDeadlineMs, {&s}));
   ASSERT_FALSE(r.status.isOk());
   EXPECT_NE(r.status.message().find("tag mismatch"), std::string::npos) << r.status.message();
+  EXPECT_EQ(r.status.cause(), Cause::kMismatch);
   EXPECT_NE(r.status.message().find("127.0.0.1"), std::string::npos) << r.status.message();
   closePair(t_.get(), &p_);  // before src goes: the send may still be in flight
 }
@@ -220,6 +222,7 @@ TEST_P(SocketTransportTest, GroupedTagMismatch) {
   ASSERT_TRUE(drive(t_.get(), {&r}, testing_util::kTestDeadlineMs, {&s1, &s2}));
   ASSERT_FALSE(r.status.isOk());
   EXPECT_NE(r.status.message().find("tag mismatch"), std::string::npos) << r.status.message();
+  EXPECT_EQ(r.status.cause(), Cause::kMismatch);
   closePair(t_.get(), &p_);
 }
 

@@ -515,13 +515,15 @@ void Comm::finishRecv(int slot) {
       r->error = LOOM_ERROR(kRemote,
                             "InfiniBand: message truncated: {} sent {} bytes with tag {}, the "
                             "receive buffer holds {}",
-                            peer_, d.errSize, d.errTag, d.errCapacity);
+                            peer_, d.errSize, d.errTag, d.errCapacity)
+                     .withCause(Cause::kMismatch);
       break;
     case DoneError::kTagMismatch:
       r->error = LOOM_ERROR(kRemote,
                             "InfiniBand: tag mismatch: {} sent a {}-byte message with tag {} that "
                             "no buffer of the receive is posted for",
-                            peer_, d.errSize, d.errTag);
+                            peer_, d.errSize, d.errTag)
+                     .withCause(Cause::kMismatch);
       break;
     default:
       r->error = LOOM_ERROR(kRemote, "InfiniBand: {} failed to fill receive buffer {} (tag {})",
@@ -594,7 +596,8 @@ Status Comm::postSlot(const CtsSlot& slot, std::vector<Request*>& reqs) {
       r->error = LOOM_ERROR(kInvalidUsage,
                             "InfiniBand: tag mismatch: a {}-byte send with tag {} to {} matches "
                             "no buffer of the posted receive",
-                            r->size[0], r->tag[0], peer_);
+                            r->size[0], r->tag[0], peer_)
+                     .withCause(Cause::kMismatch);
       rec.error = static_cast<uint32_t>(DoneError::kTagMismatch);
       rec.errTag = r->tag[0];
       rec.errSize = r->size[0];
@@ -606,7 +609,8 @@ Status Comm::postSlot(const CtsSlot& slot, std::vector<Request*>& reqs) {
       r->error = LOOM_ERROR(kInvalidUsage,
                             "InfiniBand: message truncated: a {}-byte send with tag {} to {} "
                             "exceeds the {}-byte receive buffer",
-                            r->size[0], r->tag[0], peer_, e.size);
+                            r->size[0], r->tag[0], peer_, e.size)
+                     .withCause(Cause::kMismatch);
       rec.error = static_cast<uint32_t>(DoneError::kTruncated);
       rec.errIndex = k;
       rec.errTag = r->tag[0];

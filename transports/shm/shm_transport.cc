@@ -687,13 +687,16 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
   if (!r->started) {
     if (h->tag != r->tag)
       return LOOM_ERROR(kRemote, "message tag {:#x} does not match the posted receive's tag {:#x}",
-                        h->tag, r->tag);
+                        h->tag, r->tag)
+          .withCause(Cause::kMismatch);
     if (h->msgBytes > r->size)
       return LOOM_ERROR(kRemote, "message truncated: {} bytes into a buffer of {}", h->msgBytes,
-                        r->size);
+                        r->size)
+          .withCause(Cause::kMismatch);
     if (r->reduce && h->msgBytes != r->size)
       return LOOM_ERROR(kRemote, "message of {} bytes where a reduction of {} was posted",
-                        h->msgBytes, r->size);
+                        h->msgBytes, r->size)
+          .withCause(Cause::kMismatch);
     r->started = true;
     r->msgBytes = h->msgBytes;
   }

@@ -356,13 +356,15 @@ Status SocketComm::acceptHeader(uint64_t n) {
     return LOOM_ERROR(kRemote,
                       "socket transport: tag mismatch: peer {} sent a {}-byte message with tag {}, "
                       "the receive is posted for tag(s) {}",
-                      peer_, h.size, h.tag, posted);
+                      peer_, h.size, h.tag, posted)
+        .withCause(Cause::kMismatch);
   }
   if (h.size > r->capacity[slot])
     return LOOM_ERROR(kRemote,
                       "socket transport: message truncated: peer {} sent {} bytes, receive posted "
                       "for {} (tag {})",
-                      peer_, h.size, r->capacity[slot], h.tag);
+                      peer_, h.size, r->capacity[slot], h.tag)
+        .withCause(Cause::kMismatch);
   r->matched[slot] = true;
   r->received[slot] = h.size;
   f.data = r->data[slot];

@@ -401,6 +401,8 @@ TEST_P(IbTransportTest, TruncationFailsOnBothSides) {
   ASSERT_FALSE(r.status.isOk());
   EXPECT_NE(s.status.message().find("truncated"), std::string::npos) << s.status.message();
   EXPECT_NE(r.status.message().find("truncated"), std::string::npos) << r.status.message();
+  EXPECT_EQ(s.status.cause(), Cause::kMismatch);
+  EXPECT_EQ(r.status.cause(), Cause::kMismatch);
   EXPECT_NE(r.status.message().find("8192"), std::string::npos) << r.status.message();
   EXPECT_EQ(dst[0], 0) << "nothing may be written into a buffer too small";
   // The connection still works afterwards.
@@ -421,6 +423,8 @@ TEST_P(IbTransportTest, TagMismatchFailsOnBothSides) {
   ASSERT_TRUE(drive(t_.get(), {&s, &r}));
   EXPECT_NE(s.status.message().find("tag"), std::string::npos) << s.status.message();
   EXPECT_NE(r.status.message().find("tag"), std::string::npos) << r.status.message();
+  EXPECT_EQ(s.status.cause(), Cause::kMismatch);
+  EXPECT_EQ(r.status.cause(), Cause::kMismatch);
   closePair(t_.get(), &p);
 }
 
