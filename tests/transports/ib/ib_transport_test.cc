@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -622,17 +624,38 @@ int forkChild(int fd) {
   while (true) ::pause();
 }
 
+// The test's child is this binary exec'd afresh with LOOMTEST_IB_CHILD_FD set: it runs forkChild
+// before main (before gtest) and never returns. A child forked from the test process itself
+// inherited the state of the parent's transport threads; once (in CI) it stuck on a lock one of
+// them held at the fork.
+const int kIbChildRan = [] {
+  const char* fd = std::getenv("LOOMTEST_IB_CHILD_FD");
+  if (fd && *fd) ::_exit(forkChild(std::atoi(fd)));
+  return 0;
+}();
+
 TEST_P(IbTransportTest, PeerProcessKilledIsAnErrorNotAHang) {
   net::Handle handle;
   void* listen = nullptr;
   ASSERT_TRUE(t_->listen(0, &handle, &listen).isOk());
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
+  // Everything the child's exec needs is made before the fork: between fork and exec only
+  // async-signal-safe calls.
+  std::string childFd = "LOOMTEST_IB_CHILD_FD=" + std::to_string(fds[0]);
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "LOOMTEST_IB_CHILD_FD=", 21) != 0) env.push_back(*e);
+  env.push_back(&childFd[0]);
+  env.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* childArgv[] = {self, nullptr};
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(fds[1]);
-    ::_exit(forkChild(fds[0]));
+    ::execve(self, childArgv, env.data());
+    ::_exit(15);
   }
   ::close(fds[0]);
   // Whatever assertion fails below, the child goes with the test: left alive it would keep the
