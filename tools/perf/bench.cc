@@ -330,14 +330,32 @@ class Bench {
     return Status::ok();
   }
 
-  Status timeTest(loomDataType_t type, loomRedOp_t op, int root, bool hasOp) {
-    const size_t el = dataTypeSize(type);
-    // Warm-up at the largest and the smallest size, out of place.
+  // Warm-up at the largest and the smallest size, out of place.
+  Status warmUp(loomDataType_t type, loomRedOp_t op, int root) {
     for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
-      CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+      CollCounts c = collCounts(opts_.coll, bytes, dataTypeSize(type), ctx_.nranks);
       for (int w = 0; w < opts_.warmupIters; ++w)
         LOOM_TRY(issue(makeCall(type, op, root, c, false, w)).withContext("warm-up"));
     }
+    return Status::ok();
+  }
+
+  // A row's first columns (size count type redop root).
+  Row newRow(loomDataType_t type, loomRedOp_t op, int root, bool hasOp, const CollCounts& c,
+             int cycle) const {
+    Row row;
+    row.cycle = cycle;
+    row.bytes = std::max(c.sendCount, c.recvCount) * dataTypeSize(type);
+    row.count = c.paramCount;
+    row.type = dataTypeName(type);
+    row.redop = hasOp ? redOpName(op) : "none";
+    row.root = root;
+    return row;
+  }
+
+  Status timeTest(loomDataType_t type, loomRedOp_t op, int root, bool hasOp) {
+    const size_t el = dataTypeSize(type);
+    LOOM_TRY(warmUp(type, op, root));
     Pattern pattern(opts_.coll, type, op, ctx_.nranks);
     const std::vector<size_t> sizes = sweepSizes(opts_);
     long repeat = opts_.runCycles;
@@ -345,13 +363,7 @@ class Bench {
     do {
       for (size_t bytes : sizes) {
         CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
-        Row row;
-        row.cycle = cycle;
-        row.bytes = std::max(c.sendCount, c.recvCount) * el;
-        row.count = c.paramCount;
-        row.type = dataTypeName(type);
-        row.redop = hasOp ? redOpName(op) : "none";
-        row.root = root;
+        Row row = newRow(type, op, root, hasOp, c, cycle);
         print(formatRowPrefix(row));
         rowOpen_ = true;
         for (bool inPlace : {false, true}) {
@@ -385,24 +397,14 @@ class Bench {
       if (!st.isOk()) usageError_ = true;  // an unknown name: the same on every rank
       return st;
     };
-    for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
-      CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
-      for (int w = 0; w < opts_.warmupIters; ++w)
-        LOOM_TRY(issue(makeCall(type, op, root, c, false, w)).withContext("warm-up"));
-    }
+    LOOM_TRY(warmUp(type, op, root));
     Pattern pattern(opts_.coll, type, op, ctx_.nranks);
     long repeat = opts_.runCycles;
     int cycle = 0;
     do {
       for (size_t bytes : sweepSizes(opts_)) {
         CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
-        Row row;
-        row.cycle = cycle;
-        row.bytes = std::max(c.sendCount, c.recvCount) * el;
-        row.count = c.paramCount;
-        row.type = dataTypeName(type);
-        row.redop = hasOp ? redOpName(op) : "none";
-        row.root = root;
+        Row row = newRow(type, op, root, hasOp, c, cycle);
         for (const std::string& a : opts_.compare) row.compare.push_back({a, Measurement{}});
         for (int round = 0; round < opts_.compareRounds; ++round) {
           for (size_t k = 0; k < nAlgos; ++k) {
