@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -427,6 +428,10 @@ TEST(BadInput, CountsThatDifferFailOnEveryRank) {
 // On a schedule, the rank whose transport sees a message that does not fit (Cause::kMismatch)
 // says what the ranks probably did.
 TEST(BadInput, CountsThatDifferOnAScheduleNameTheLikelyCause) {
+  const char* plugin = std::getenv("LOOM_NET_PLUGIN");
+  if (plugin && *plugin)
+    GTEST_SKIP() << "the network is an NCCL net plugin (LOOM_NET_PLUGIN): its errors are codes "
+                    "without a cause, so no hint is given to check";
   setParam("LOOM_SHM_LL_MAX", "0");  // read at init: the ring runs, not the low-latency exchange
   ThreadRanks tr(3);
   setParam("LOOM_SHM_LL_MAX", nullptr);
