@@ -77,7 +77,7 @@ static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
   return a ? a->name : "";
 }
 
-// LOOM_ALGO, parsed once per distinct value.
+// loomCommSetAlgo's filter, else LOOM_ALGO's, parsed once per distinct value.
 Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm) {
   if (comm.algoOverride()) return comm.algoOverride();
   static std::mutex mu;
