@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "tests/transports/socket_test_util.h"
 
 namespace loom {
@@ -51,6 +54,14 @@ int childMain(int fd, bool endless) {
   return t->closeSend(send).isOk() ? 0 : 17;
 }
 
+// The child is this binary started afresh (testing_util::spawnSelf) with LOOMTEST_SOCKET_CHILD
+// set to "FD" or "FD:endless": it runs childMain before main and never returns into gtest.
+const int kSocketChildRan = [] {
+  const char* v = std::getenv("LOOMTEST_SOCKET_CHILD");
+  if (v && *v) ::_exit(childMain(std::atoi(v), std::strstr(v, ":endless") != nullptr));
+  return 0;
+}();
+
 class SocketForkTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -67,12 +78,9 @@ class SocketForkTest : public ::testing::TestWithParam<int> {
     ASSERT_TRUE(t_->listen(0, &handle, &listen_).isOk());
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
-    pid_ = ::fork();
+    pid_ = testing_util::spawnSelf("LOOMTEST_SOCKET_CHILD",
+                                   std::to_string(fds[0]) + (endless ? ":endless" : ""), fds[1]);
     ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      ::close(fds[1]);
-      ::_exit(childMain(fds[0], endless));
-    }
     ::close(fds[0]);
     ASSERT_EQ(::write(fds[1], handle.bytes, sizeof(handle.bytes)), ssize_t(sizeof(handle.bytes)));
     ::close(fds[1]);

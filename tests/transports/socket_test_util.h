@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -193,6 +194,31 @@ inline uint64_t handleSecret(const net::Handle& h) {
   net::SocketHandle sh;
   std::memcpy(&sh, h.bytes, sizeof(sh));
   return sh.secret;
+}
+
+// Starts this test binary afresh as a child process, with var=value added to the caller's
+// environment (as ScopedEnv left it) and closeInChild closed. The test file defines a static
+// initializer that reads var: the child runs its part there, before main, and exits. A fresh
+// process, unlike a fork of the test, inherits no lock that one of the test's threads held at the
+// fork. Everything is built before the fork; between fork and exec only async-signal-safe calls.
+// Returns the child's pid, or -1.
+inline pid_t spawnSelf(const char* var, const std::string& value, int closeInChild) {
+  std::string entry = std::string(var) + "=" + value;
+  const size_t n = std::strlen(var);
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e)
+    if (!(std::strncmp(*e, var, n) == 0 && (*e)[n] == '=')) env.push_back(*e);
+  env.push_back(&entry[0]);
+  env.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, nullptr};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (closeInChild >= 0) ::close(closeInChild);
+    ::execve(self, argv, env.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 }  // namespace testing_util

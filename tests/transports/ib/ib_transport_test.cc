@@ -640,23 +640,8 @@ TEST_P(IbTransportTest, PeerProcessKilledIsAnErrorNotAHang) {
   ASSERT_TRUE(t_->listen(0, &handle, &listen).isOk());
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
-  // Everything the child's exec needs is made before the fork: between fork and exec only
-  // async-signal-safe calls.
-  std::string childFd = "LOOMTEST_IB_CHILD_FD=" + std::to_string(fds[0]);
-  std::vector<char*> env;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "LOOMTEST_IB_CHILD_FD=", 21) != 0) env.push_back(*e);
-  env.push_back(&childFd[0]);
-  env.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* childArgv[] = {self, nullptr};
-  pid_t pid = ::fork();
+  pid_t pid = testing_util::spawnSelf("LOOMTEST_IB_CHILD_FD", std::to_string(fds[0]), fds[1]);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[1]);
-    ::execve(self, childArgv, env.data());
-    ::_exit(15);
-  }
   ::close(fds[0]);
   // Whatever assertion fails below, the child goes with the test: left alive it would keep the
   // test's output pipe open and ctest would wait for it until its timeout (seen once in CI: a
