@@ -30,7 +30,8 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1
   # The generators' proofs over every layout ran in the first stage; under the sanitizers (about
-  # 5x slower) the layout tests check three layouts per rank count instead of ten.
+  # 5x slower) the layout tests check three layouts per rank count instead of ten, and past 16
+  # ranks the proofs take five of each shard's 16 rank counts (tests/algorithms/shards.h).
   export LOOMTEST_QUICK=1
   # Collective variants whose paths other tests already run under the sanitizers (the eager shm
   # paths, sockets, registration over sockets and the plugin) ran in the first stage; the ones

@@ -45,14 +45,9 @@ std::vector<int> canonical(const std::vector<int>& raw) {
 // orders over random hosts.
 // LOOMTEST_QUICK=1 (tools/test.sh's sanitizer stage, after the full proof in the first stage):
 // three of the layouts (even hosts, the 3,1,2 pattern, a shuffled ring order with 2 channels).
-bool quick() {
-  const char* q = std::getenv("LOOMTEST_QUICK");
-  return q && std::string(q) == "1";
-}
-
 std::vector<std::shared_ptr<const RankLayout>> layoutsFor(int n) {
   std::vector<std::shared_ptr<const RankLayout>> out;
-  if (quick()) {
+  if (quickProofs()) {
     std::vector<int> two(static_cast<size_t>(n)), sizes312, ring(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) two[static_cast<size_t>(r)] = n >= 2 ? r / ((n + 1) / 2) : 0;
     for (int r = 0, k = 0; r < n; ++k) {
@@ -145,8 +140,7 @@ class LayoutGeneratorTest : public ::testing::TestWithParam<ShardParam> {};
 
 TEST_P(LayoutGeneratorTest, VerifiesWithLayouts) {
   const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
-  const int first = std::get<1>(GetParam()) * kShardRanks + 1;
-  for (int n = first; n < first + kShardRanks; ++n) {
+  for (int n : shardRankCounts(GetParam())) {
     SCOPED_TRACE(::testing::Message() << algo.name << " " << collName(algo.coll) << " n=" << n);
     verifyWithLayouts(algo, n);
     if (HasFatalFailure()) return;

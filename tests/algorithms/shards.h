@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "algorithms/schedule.h"
 
@@ -25,6 +27,26 @@ inline std::string shardName(const ::testing::TestParamInfo<ShardParam>& p) {
   const int first = std::get<1>(p.param) * kShardRanks + 1;
   return std::string(collName(a.coll)) + "_" + a.name + "_n" + std::to_string(first) + "to" +
          std::to_string(first + kShardRanks - 1);
+}
+
+// LOOMTEST_QUICK=1: tools/test.sh's sanitizer stage, after the full proofs of the first stage.
+inline bool quickProofs() {
+  const char* q = std::getenv("LOOMTEST_QUICK");
+  return q && std::string(q) == "1";
+}
+
+// The rank counts a shard proves: all 16. With quickProofs(), the first shard (1-16, where the
+// small special cases are) stays whole; the others keep their first two, middle and last two
+// counts (odd and even, the power of two that ends each shard and its neighbours).
+inline std::vector<int> shardRankCounts(const ShardParam& p) {
+  const int first = std::get<1>(p) * kShardRanks + 1, last = first + kShardRanks - 1;
+  std::vector<int> out;
+  for (int n = first; n <= last; ++n) {
+    const bool keep = !quickProofs() || first == 1 || n <= first + 1 || n >= last - 1 ||
+                      n == first + kShardRanks / 2;
+    if (keep) out.push_back(n);
+  }
+  return out;
 }
 
 }  // namespace loom
