@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <mutex>
 #include <set>
 
+#include "src/core/log.h"
 #include "src/core/text.h"
 
 namespace loom {
@@ -79,17 +81,66 @@ Result<AlgoFilter> AlgoFilter::parse(const std::string& spec, const char* source
     }
     f.rules_.push_back(std::move(r));
   }
+  // Which registered algorithms of coll a rule lets through.
+  auto leavesSome = [](const Rule& r, CollKind coll) {
+    for (const AlgorithmInfo& a : algorithms()) {
+      if (a.coll != coll) continue;
+      bool listed = std::find(r.names.begin(), r.names.end(), a.name) != r.names.end();
+      if (listed != r.exclude) return true;
+    }
+    return false;
+  };
+  auto registeredFor = [](CollKind coll) {
+    std::string s;
+    for (const AlgorithmInfo& a : algorithms())
+      if (a.coll == coll) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+  };
+  std::string skipped;
+  for (Rule& r : f.rules_) {
+    for (CollKind coll : kCollectives) {
+      if (r.any) {
+        if (leavesSome(r, coll)) continue;
+        if (std::find(r.skipped.begin(), r.skipped.end(), coll) != r.skipped.end()) continue;
+        r.skipped.push_back(coll);
+        if (skipped.find(collSpecName(coll)) == std::string::npos)
+          skipped += (skipped.empty() ? "" : ", ") + collSpecName(coll);
+      } else if (r.coll == coll && !leavesSome(r, coll)) {
+        return LOOM_ERROR(kInvalidArgument, "{}={} leaves no algorithm for {} (it has: {})", source,
+                          spec, collSpecName(coll), registeredFor(coll));
+      }
+    }
+  }
+  if (!skipped.empty())
+    f.note_ = fmt::format(
+        "{}={}: {} {} no such algorithm and keep{} the automatic choice (name a collective, as "
+        "in 'allreduce:ring', to restrict only it)",
+        source, spec, skipped, skipped.find(',') == std::string::npos ? "has" : "have",
+        skipped.find(',') == std::string::npos ? "s" : "");
   return f;
+}
+
+void AlgoFilter::warnOnce() const {
+  if (note_.empty()) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!warned.insert(source_ + "=" + spec_).second) return;
+  }
+  LOOM_WARN("{}", note_);
 }
 
 bool AlgoFilter::allows(CollKind coll, const std::string& algorithm) const {
   // The most specific rule decides: a rule for this collective, else a rule for every collective.
+  // A rule for every collective that leaves this one nothing does not apply to it.
   const Rule* rule = nullptr;
   for (const Rule& r : rules_)
     if (!r.any && r.coll == coll) rule = &r;
   if (!rule)
     for (const Rule& r : rules_)
-      if (r.any) rule = &r;
+      if (r.any && std::find(r.skipped.begin(), r.skipped.end(), coll) == r.skipped.end())
+        rule = &r;
   if (!rule) return true;
   bool listed = std::find(rule->names.begin(), rule->names.end(), algorithm) != rule->names.end();
   return rule->exclude ? !listed : listed;

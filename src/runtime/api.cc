@@ -362,6 +362,7 @@ loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec) {
       return Status();
     }
     LOOM_ASSIGN(AlgoFilter f, AlgoFilter::parse(spec, "loomCommSetAlgo"));
+    f.warnOnce();
     comm->impl->setAlgoOverride(std::make_shared<const AlgoFilter>(std::move(f)));
     return Status();
   });

@@ -187,7 +187,10 @@ Comm::~Comm() {
 
 Status Comm::initNet(const loomConfig_t* config) {
   // A bad LOOM_ALGO fails here, at init, rather than at the first collective.
-  LOOM_TRY(AlgoFilter::parse(params::kAlgo.str()).status());
+  {
+    LOOM_ASSIGN(AlgoFilter algo, AlgoFilter::parse(params::kAlgo.str()));
+    algo.warnOnce();
+  }
   LOOM_ASSIGN(net_, networkTransport(/*allowPlugin=*/true));
   if (net_->devices() < 1)
     return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());

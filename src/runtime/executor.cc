@@ -89,6 +89,7 @@ Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm) {
     std::lock_guard<std::mutex> lk(mu);
     if (spec != lastSpec) {
       LOOM_ASSIGN(AlgoFilter parsed, AlgoFilter::parse(spec));
+      parsed.warnOnce();
       filter = std::make_shared<const AlgoFilter>(std::move(parsed));
       lastSpec = spec;
     }

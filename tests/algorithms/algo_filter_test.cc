@@ -54,12 +54,52 @@ TEST(AlgoFilter, ErrorsNameTheValidChoices) {
   EXPECT_NE(coll.status().message().find("unknown collective 'allreduse'"), std::string::npos);
   EXPECT_NE(coll.status().message().find("allreduce"), std::string::npos);
   EXPECT_FALSE(AlgoFilter::parse("ring,,rd").isOk());
-  // Nothing left for a collective: an error at choice time, naming what it has.
-  AlgoFilter none = parseOk("alltoall:^pairwise,bruck");
-  auto r = none.choose(CollKind::kAllToAll, "pairwise");
-  ASSERT_FALSE(r.isOk());
-  EXPECT_NE(r.status().message().find("pairwise"), std::string::npos);
-  EXPECT_NE(r.status().message().find("bruck"), std::string::npos);
+  // A rule for one collective that leaves it nothing: an error at parse time, naming what it has.
+  auto none = AlgoFilter::parse("alltoall:^pairwise,bruck");
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("leaves no algorithm for alltoall"), std::string::npos)
+      << none.status().message();
+  EXPECT_NE(none.status().message().find("pairwise, bruck"), std::string::npos);
+  EXPECT_FALSE(AlgoFilter::parse("reduce:ring").isOk());
+}
+
+// A bare name (a rule for every collective) restricts the collectives that have that algorithm;
+// the others keep the automatic choice, and note() names them (issue 21: LOOM_ALGO=ring failed
+// every Reduce, hier every AllToAll, while small calls passed).
+TEST(AlgoFilter, BareNameRestrictsOnlyTheCollectivesThatHaveIt) {
+  AlgoFilter ring = parseOk("ring");
+  EXPECT_EQ(ring.choose(CollKind::kAllReduce, "direct").value(), "ring");
+  EXPECT_EQ(ring.choose(CollKind::kAllGather, "bruck").value(), "ring");
+  EXPECT_EQ(ring.choose(CollKind::kReduceScatter, "rhd").value(), "ring");
+  for (const char* a : {"chain", "binomial", "direct", "hier"}) {
+    EXPECT_TRUE(ring.allows(CollKind::kBroadcast, a)) << a;
+    EXPECT_TRUE(ring.allows(CollKind::kReduce, a)) << a;
+  }
+  EXPECT_TRUE(ring.allows(CollKind::kAllToAll, "bruck"));
+  EXPECT_EQ(ring.choose(CollKind::kReduce, "binomial").value(), "binomial");
+  EXPECT_NE(ring.note().find("broadcast, reduce, alltoall have no such algorithm"),
+            std::string::npos)
+      << ring.note();
+  EXPECT_NE(ring.note().find("LOOM_ALGO=ring"), std::string::npos) << ring.note();
+
+  AlgoFilter hier = parseOk("hier");
+  EXPECT_FALSE(hier.allows(CollKind::kAllReduce, "ring"));
+  EXPECT_TRUE(hier.allows(CollKind::kAllToAll, "pairwise"));
+  EXPECT_NE(hier.note().find("alltoall has no such algorithm and keeps"), std::string::npos)
+      << hier.note();
+
+  // An algorithm every collective has: nothing to note.
+  EXPECT_EQ(parseOk("direct,pairwise").note(), "");
+  EXPECT_EQ(parseOk("allreduce:ring").note(), "");
+  // An exclusion that empties a collective leaves it unrestricted too.
+  AlgoFilter ex = parseOk("^pairwise,bruck");
+  EXPECT_TRUE(ex.allows(CollKind::kAllToAll, "pairwise"));
+  EXPECT_FALSE(ex.allows(CollKind::kAllGather, "bruck"));
+  // A per-collective rule still wins over the bare one.
+  AlgoFilter both = parseOk("ring;reduce:binomial");
+  EXPECT_FALSE(both.allows(CollKind::kReduce, "chain"));
+  EXPECT_TRUE(both.allows(CollKind::kBroadcast, "chain"));
 }
 
 }  // namespace

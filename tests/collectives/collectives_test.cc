@@ -20,6 +20,7 @@
 
 #include "algorithms/schedule.h"
 #include "src/bootstrap/bootstrap.h"
+#include "src/core/log.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/workers.h"
 #include "transports/socket/socket_util.h"
@@ -180,6 +181,83 @@ TEST(ForcedAlgorithms, UnknownNameFailsInitWithTheValidNames) {
   EXPECT_NE(msg.find("unknown algorithm 'treee'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("direct"), std::string::npos) << msg;
   if (comm) loomCommDestroy(comm);
+}
+
+// Warnings logged while a test runs (a log sink).
+std::mutex gWarnMu;
+std::vector<std::string> gWarnings;
+void collectWarnings(loom::LogLevel level, uint32_t, const char*, int, const char* msg) {
+  if (level != loom::LogLevel::kWarn) return;
+  std::lock_guard<std::mutex> lk(gWarnMu);
+  gWarnings.push_back(msg);
+}
+
+// A bare algorithm name restricts the collectives that have that algorithm; the others keep the
+// automatic choice, with one warning naming them (issue 21: LOOM_ALGO=ring failed every Reduce and
+// hier every AllToAll inside a group, while small calls passed on the low-latency exchange).
+TEST(ForcedAlgorithms, BareNameAppliesWhereTheCollectiveHasIt) {
+  for (const char* spec : {"ring", "hier", "bruck"}) {
+    {
+      std::lock_guard<std::mutex> lk(gWarnMu);
+      gWarnings.clear();
+    }
+    loom::setLogSink(&collectWarnings, loom::LogLevel::kWarn);
+    setParam("LOOM_ALGO", spec);
+    setParam("LOOM_SHM_LL_MAX", "0");  // read at init: schedules run
+    ThreadRanks tr(3);
+    setParam("LOOM_SHM_LL_MAX", nullptr);
+    ASSERT_TRUE(tr.ok()) << spec << ": " << tr.error();
+    for (Coll c : allColls())
+      EXPECT_EQ(runMatrix(tr, matrix(c, 3, standardCounts(3), {loomSum, loomMax})), "")
+          << spec << " " << collName(c);
+    // Collectives with and without the algorithm in one group.
+    std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+      const size_t count = 4099;
+      std::vector<int32_t> in(3 * count), out(3 * count, -1), red(count, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(rank * 100000 + i);
+      loomGroupStart();
+      loomAllToAll(in.data(), out.data(), count, loomInt32, comm, nullptr);
+      loomReduce(in.data(), red.data(), count, loomInt32, loomSum, 2, comm, nullptr);
+      loomAllReduce(in.data(), in.data() + count, count, loomInt32, loomMax, comm, nullptr);
+      if (loomGroupEnd() != loomSuccess) return std::string(spec) + ": " + loomGetLastError();
+      for (int p = 0; p < 3; ++p)
+        for (size_t i = 0; i < count; ++i)
+          if (out[p * count + i] != static_cast<int32_t>(p * 100000 + rank * count + i))
+            return std::string(spec) + ": wrong AllToAll element";
+      if (rank == 2)
+        for (size_t i = 0; i < count; ++i)
+          if (red[i] != static_cast<int32_t>(300000 + 3 * i)) return "wrong Reduce element";
+      return "";
+    });
+    EXPECT_EQ(all, "");
+    // What the planner names: the bare algorithm where the collective has it.
+    struct Want {
+      loomCollective_t coll;
+      loom::CollKind kind;
+    };
+    for (Want w : {Want{loomCollAllReduce, loom::CollKind::kAllReduce},
+                   Want{loomCollReduce, loom::CollKind::kReduce},
+                   Want{loomCollAllGather, loom::CollKind::kAllGather},
+                   Want{loomCollAllToAll, loom::CollKind::kAllToAll}}) {
+      loomPlanInfo_t info;
+      ASSERT_EQ(loomCommPlanInfo(tr.comm(0), w.coll, 1 << 16, loomFloat32, 0, 0, &info),
+                loomSuccess)
+          << loomGetLastError();
+      if (loom::findAlgorithm(w.kind, spec))
+        EXPECT_STREQ(info.algorithm, spec) << loom::collName(w.kind);
+      else
+        EXPECT_STRNE(info.algorithm, spec) << loom::collName(w.kind);
+    }
+    setParam("LOOM_ALGO", nullptr);
+    loom::setLogSink(nullptr, loom::LogLevel::kWarn);
+    std::lock_guard<std::mutex> lk(gWarnMu);
+    int notes = 0;
+    for (const std::string& m : gWarnings)
+      if (m.find(std::string("LOOM_ALGO=") + spec + ":") != std::string::npos &&
+          m.find("keep") != std::string::npos)
+        ++notes;
+    EXPECT_EQ(notes, 1) << spec << ": one warning naming the unrestricted collectives";
+  }
 }
 
 // loomCommSetAlgo replaces LOOM_ALGO for one communicator; NULL goes back to LOOM_ALGO; a bad spec

@@ -17,6 +17,7 @@
 
 #include "loom/loom.h"
 #include "tests/collectives/harness.h"
+#include "tests/collectives/soak.h"
 
 extern char** environ;
 
@@ -65,7 +66,8 @@ std::string WorkerResult::describe(int rank) const {
 }
 
 WorkerResult runWorkers(int n, const std::string& mode,
-                        const std::vector<std::pair<std::string, std::string>>& env) {
+                        const std::vector<std::pair<std::string, std::string>>& env,
+                        int deadlineSec) {
   WorkerResult res;
   res.status.assign(n, -1);
   res.output.assign(n, "");
@@ -103,7 +105,7 @@ WorkerResult runWorkers(int n, const std::string& mode,
     fds[r] = p[0];
     fcntl(fds[r], F_SETFL, O_NONBLOCK);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadlineSec);
   int left = n;
   while (left > 0) {
     for (int r = 0; r < n; ++r) {
@@ -123,7 +125,7 @@ WorkerResult runWorkers(int n, const std::string& mode,
         if (res.status[r] == -1 && pids[r] > 0) {
           kill(pids[r], SIGKILL);
           waitpid(pids[r], &res.status[r], 0);
-          res.output[r] += " [killed by the test after 240 s]";
+          res.output[r] += " [killed by the test after " + std::to_string(deadlineSec) + " s]";
         }
       break;
     }
@@ -336,6 +338,20 @@ int workerMain() {
     rc = killMode(comm, rank, atoi(mode.c_str() + 11), size_t(4) << 20, true);
   } else if (mode == "regcount") {
     rc = regCountMode(comm, rank, n);
+  } else if (mode.rfind("soak:", 0) == 0) {
+    // soak:SEED:SECONDS
+    SoakOptions o;
+    o.seed = strtoull(mode.c_str() + 5, nullptr, 10);
+    const char* secs = strchr(mode.c_str() + 5, ':');
+    o.seconds = secs ? atof(secs + 1) : 10;
+    uint64_t calls = 0;
+    std::string e = soak(comm, rank, n, o, &calls);
+    if (!e.empty()) {
+      fprintf(stderr, "%s\n", e.c_str());
+      rc = 1;
+    } else {
+      fprintf(stderr, "soak: %llu calls checked\n", static_cast<unsigned long long>(calls));
+    }
   } else if (mode == "mixedalloc") {
     rc = mixedAllocMode(comm, rank, n);
   } else {

@@ -16,9 +16,10 @@ struct WorkerResult {
 };
 
 // Starts n workers running `mode` (LOOM_TEST_WORKER), with extra environment variables, on a
-// fresh unique id made by this process; waits for all of them (killing all after 240 s).
+// fresh unique id made by this process; waits for all of them (killing all after deadlineSec).
 WorkerResult runWorkers(int n, const std::string& mode,
-                        const std::vector<std::pair<std::string, std::string>>& env);
+                        const std::vector<std::pair<std::string, std::string>>& env,
+                        int deadlineSec = 240);
 
 // Entry point of a worker process.
 int workerMain();

@@ -480,10 +480,13 @@ Status Transport::checkPeer(int local, int64_t* lastCheckNs) {
   }
   if (now - *lastCheckNs < kPeerCheckNs) return Status();
   *lastCheckNs = now;
+  if (CheckHook hook = checkHook()) hook(this, local, CheckPoint::kRequestWait);
   // A peer waiting in a low-latency collective this rank did not enter (so it will never send
-  // what this rank waits for): the ranks disagree about the operation.
-  uint64_t peerSeq = std::max(llFlagsOf(llBuffer(local, 0))->seq.load(std::memory_order_acquire),
-                              llFlagsOf(llBuffer(local, 1))->seq.load(std::memory_order_acquire));
+  // what this rank waits for): the ranks disagree about the operation. This is only evidence: the
+  // caller progresses the request again before it judges (Transport::test), because the peer may
+  // have finished this operation (and sent or taken what this rank waits for) after this rank
+  // last looked at the ring, then entered the next call.
+  uint64_t peerSeq = peerLlSeq(local);
   if (peerSeq > llSeq_)
     return LOOM_ERROR(kInvalidUsage,
                       "rank {} runs a small collective this rank is not running (it waits for "
@@ -492,6 +495,29 @@ Status Transport::checkPeer(int local, int64_t* lastCheckNs) {
                       peers_[local].rank, peerSeq);
   return peerGone(local);
 }
+
+uint64_t Transport::peerLlSeq(int local) const {
+  return std::max(llFlagsOf(llBufferOf(local, 0))->seq.load(std::memory_order_acquire),
+                  llFlagsOf(llBufferOf(local, 1))->seq.load(std::memory_order_acquire));
+}
+
+bool Transport::messageQueuedFrom(int local) const {
+  return recvs_[local]->ring->head.load(std::memory_order_acquire) != recvs_[local]->tail;
+}
+
+PeerState Transport::peerState(int local) const {
+  return static_cast<PeerState>(area(local)->state.load(std::memory_order_acquire));
+}
+
+namespace {
+std::atomic<Transport::CheckHook> gCheckHook{nullptr};
+}  // namespace
+
+void Transport::setCheckHookForTesting(CheckHook hook) {
+  gCheckHook.store(hook, std::memory_order_release);
+}
+
+Transport::CheckHook Transport::checkHook() { return gCheckHook.load(std::memory_order_acquire); }
 
 // ---- data path ----------------------------------------------------------------------------
 
@@ -755,9 +781,24 @@ Status Transport::test(void* request, int* done, size_t* sizes) {
   auto* r = static_cast<Request*>(request);
   *done = 0;
   if (!r->done) {
-    Status st =
-        r->isSend ? progressSend(sends_[r->local].get()) : progressRecv(recvs_[r->local].get());
-    if (st.isOk() && !r->done) st = checkPeer(r->local, &r->lastCheckNs);
+    auto progress = [&] {
+      return r->isSend ? progressSend(sends_[r->local].get())
+                       : progressRecv(recvs_[r->local].get());
+    };
+    Status st = progress();
+    if (st.isOk() && !r->done) {
+      st = checkPeer(r->local, &r->lastCheckNs);
+      if (!st.isOk()) {
+        // checkPeer read its evidence (the peer's state, its low-latency sequence) after the
+        // progress above: whatever the peer did for this request before that evidence (post the
+        // message, take ours) is visible now. Judge only if the request still cannot finish.
+        Status again = progress();
+        if (!again.isOk())
+          st = again;
+        else if (r->done)
+          st = Status();
+      }
+    }
     if (!st.isOk()) {
       // The request stays queued in its comm (which is now broken); the caller drops it.
       return st;
@@ -824,10 +865,12 @@ Status Transport::deregMr(void*, void*) { return Status(); }
 
 // ---- low-latency exchange -----------------------------------------------------------------
 
-char* Transport::llBuffer(int local, uint64_t seq) {
+char* Transport::llBufferOf(int local, uint64_t seq) const {
   char* base = reinterpret_cast<char*>(area(local)) + roundUp(sizeof(RankArea), kLine);
   return base + (seq & 1) * (kLine + opts_.llBytes) + kLine;
 }
+
+char* Transport::llBuffer(int local, uint64_t seq) { return llBufferOf(local, seq); }
 
 void Transport::llPublish(uint64_t seq, uint64_t bytes, uint64_t signature) {
   LlFlags* f = llFlagsOf(llBuffer(me_, seq));
@@ -893,7 +936,9 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
       lastCheck = now;
       LOOM_TRY(check());
     }
-    if (timeoutMs > 0 && now - start > timeoutMs * 1000000)
+    // Judged on a look at the flags taken after the clock (and after the check, which can be
+    // slow): not on the look that started this pass of the loop.
+    if (timeoutMs > 0 && now - start > timeoutMs * 1000000 && !ready())
       return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT) waiting for {}",
                         timeoutMs / 1000, what);
     if (now - start >= spinNs) sleep();
@@ -904,18 +949,30 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
 }  // namespace
 
 Status Transport::llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs) {
+  // Every judgment below reads its evidence first and the peer's flag again after it: a peer that
+  // was late when this rank looked may have published seq since, finished this operation, sent a
+  // message for its next call or even closed its communicator (its flag was published before
+  // any of that, so a flag read after the evidence sees it).
   auto check = [&]() -> Status {
-    for (int i = 0; i < nlocal(); ++i)
-      if (i != me_ && !llOneReady(i, seq)) {
-        Status gone = peerGone(i);
-        if (!gone.isOk()) return gone;
-        if (recvs_[i]->ring->head.load(std::memory_order_acquire) != recvs_[i]->tail)
-          return LOOM_ERROR(kInvalidUsage,
-                            "rank {} sent a message while this rank waits in a small "
-                            "(low-latency) collective: the ranks called different collectives, "
-                            "counts or datatypes",
-                            peers_[i].rank);
-      }
+    for (int i = 0; i < nlocal(); ++i) {
+      if (i == me_ || llOneReady(i, seq)) continue;
+      if (CheckHook hook = checkHook()) hook(this, i, CheckPoint::kLowLatencyWait);
+      Status gone = peerGone(i);  // slow: a kill() and a /proc read
+      bool queued = messageQueuedFrom(i);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (llOneReady(i, seq)) continue;  // it caught up: neither is evidence against it
+      if (!gone.isOk()) return gone;
+      // A message from a peer that has not published seq was sent before it entered this
+      // operation (it publishes on entry), and every message of the calls before was received:
+      // the peer runs another operation here.
+      if (queued)
+        return LOOM_ERROR(kInvalidUsage,
+                          "rank {} sent a message while this rank waits in a small "
+                          "(low-latency) collective: the ranks called different collectives, "
+                          "counts or datatypes",
+                          peers_[i].rank)
+            .withCause(Cause::kMismatch);
+    }
     return Status();
   };
   LOOM_TRY(waitFor([&] { return llAllReady(seq); },
@@ -928,7 +985,8 @@ Status Transport::llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, in
                         "rank {} called a different operation than this rank (signature {:#x}, "
                         "here {:#x}): collectives, counts, datatypes, ops or roots differ between "
                         "ranks",
-                        peers_[i].rank, f->signature, signature);
+                        peers_[i].rank, f->signature, signature)
+          .withCause(Cause::kMismatch);
   }
   return Status();
 }

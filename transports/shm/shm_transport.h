@@ -139,6 +139,19 @@ class Transport final : public net::Transport {
   // do only after they finished reading seq, so no buffer is overwritten while being read.
   Status llWaitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs);
 
+  // --- what a waiting rank reads of a peer (each a fresh acquire load) ---
+  uint64_t peerLlSeq(int local) const;      // the last low-latency sequence it published
+  bool messageQueuedFrom(int local) const;  // a slot from it this rank has not consumed yet
+  PeerState peerState(int local) const;
+
+  // Test seam: called by a waiting rank's periodic check after it saw that local peer `local` has
+  // not yet done what it waits for, before it reads the evidence it judges the peer on (the
+  // low-latency wait and a request's wait). A test installs one to hold the rank there while the
+  // peer moves on (issue 21); null (the default) costs one load per check, every 20 ms.
+  enum class CheckPoint { kLowLatencyWait, kRequestWait };
+  using CheckHook = void (*)(Transport* t, int local, CheckPoint where);
+  static void setCheckHookForTesting(CheckHook hook);
+
   // --- net::Transport ---
   const char* name() const override { return "shm"; }
   int devices() const override { return 1; }
@@ -192,6 +205,8 @@ class Transport final : public net::Transport {
   void sleepOnBell(int timeoutMs, const std::function<bool()>& ready);
   void sleepOnBellUs(int64_t timeoutUs, const std::function<bool()>& ready);
   bool llAllReady(uint64_t seq);
+  char* llBufferOf(int local, uint64_t seq) const;
+  static CheckHook checkHook();
   bool llOneReady(int local, uint64_t seq);
   Request* newRequest();
   void freeRequest(Request* r);
