@@ -9,15 +9,7 @@ namespace {
 // Bytes one rank contributes or receives, the size tuning entries and logs speak of (nccl-tests'
 // "size" column: the whole buffer for AllGather / ReduceScatter / AllToAll).
 size_t callBytes(const CollArgs& a, size_t elemSize) {
-  size_t n = static_cast<size_t>(std::max(1, a.nranks));
-  switch (a.coll) {
-    case CollKind::kAllGather:
-    case CollKind::kReduceScatter:
-    case CollKind::kAllToAll:
-      return a.count * elemSize * n;
-    default:
-      return a.count * elemSize;
-  }
+  return collCallCount(a.coll, a.count, a.nranks) * elemSize;
 }
 
 // At most this many pieces per step are simulated: beyond it pipelining changes the prediction

@@ -6,45 +6,8 @@
 
 #include "algorithms/generators.h"
 #include "src/core/hash.h"
-#include "src/core/text.h"
 
 namespace loom {
-
-const char* collName(CollKind kind) {
-  switch (kind) {
-    case CollKind::kAllReduce:
-      return "AllReduce";
-    case CollKind::kBroadcast:
-      return "Broadcast";
-    case CollKind::kReduce:
-      return "Reduce";
-    case CollKind::kAllGather:
-      return "AllGather";
-    case CollKind::kReduceScatter:
-      return "ReduceScatter";
-    case CollKind::kAllToAll:
-      return "AllToAll";
-    case CollKind::kSendRecv:
-      return "SendRecv";
-  }
-  return "unknown";
-}
-
-const CollKind kCollectives[6] = {CollKind::kAllReduce,     CollKind::kBroadcast,
-                                  CollKind::kReduce,        CollKind::kAllGather,
-                                  CollKind::kReduceScatter, CollKind::kAllToAll};
-
-std::string collSpecName(CollKind kind) { return asciiLower(collName(kind)); }
-
-bool collFromSpecName(const std::string& name, CollKind* out) {
-  const std::string want = asciiLower(name);
-  for (CollKind c : kCollectives)
-    if (collSpecName(c) == want) {
-      *out = c;
-      return true;
-    }
-  return false;
-}
 
 const char* stepKindName(StepKind kind) {
   switch (kind) {
@@ -64,35 +27,15 @@ const char* stepKindName(StepKind kind) {
 
 BufferLayout bufferLayout(const CollArgs& args, int rank) {
   BufferLayout l;
-  const size_t n = static_cast<size_t>(args.nranks > 0 ? args.nranks : 1);
-  const size_t c = args.count;
-  const size_t r = rank < 0 ? 0 : static_cast<size_t>(rank);
-  switch (args.coll) {
-    case CollKind::kAllReduce:
-    case CollKind::kBroadcast:
-    case CollKind::kReduce:
-    case CollKind::kSendRecv:
-      l.inputCount = c;
-      l.outputCount = c;
-      l.inputInOutput = args.inPlace;
-      break;
-    case CollKind::kAllGather:
-      l.inputCount = c;
-      l.outputCount = n * c;
-      l.inputInOutput = args.inPlace;
-      l.inputOffsetInOutput = args.inPlace ? r * c : 0;
-      break;
-    case CollKind::kReduceScatter:
-      l.inputCount = n * c;
-      l.outputCount = c;
-      l.outputInInput = args.inPlace;
-      l.outputOffsetInInput = args.inPlace ? r * c : 0;
-      break;
-    case CollKind::kAllToAll:
-      l.inputCount = n * c;
-      l.outputCount = n * c;
-      l.inputInOutput = args.inPlace;
-      break;
+  const CollCounts c = collCounts(args.coll, args.count, args.nranks);
+  l.inputCount = c.input;
+  l.outputCount = c.output;
+  if (args.coll == CollKind::kReduceScatter) {
+    l.outputInInput = args.inPlace;
+    l.outputOffsetInInput = args.inPlace ? collInPlaceOffset(args.coll, args.count, rank) : 0;
+  } else {
+    l.inputInOutput = args.inPlace;
+    l.inputOffsetInOutput = args.inPlace ? collInPlaceOffset(args.coll, args.count, rank) : 0;
   }
   return l;
 }

@@ -24,26 +24,12 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "src/core/collective.h"
 #include "src/core/status.h"
 
 namespace loom {
 
-enum class CollKind : uint8_t {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kSendRecv,  // point-to-point: built by the runtime, not by a generator
-};
-const char* collName(CollKind kind);
-// The collectives (every kind but SendRecv), in enum order.
-extern const CollKind kCollectives[6];
-// How LOOM_ALGO and tuning files name a collective: collName in lower case ("allreduce").
-std::string collSpecName(CollKind kind);
-// The collective whose collSpecName is name, ignoring case; false for any other name.
-bool collFromSpecName(const std::string& name, CollKind* out);
+// CollKind, collName and the buffer counts of each collective: src/core/collective.h.
 
 enum class BufKind : uint8_t { kInput, kOutput, kScratch };
 

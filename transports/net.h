@@ -13,8 +13,15 @@
 //   ("message truncated"), never an overflow. A frame smaller than the posted buffer is fine: test
 //   reports the size received.
 // - test never blocks; once it reports done (or an error) the request is freed.
-// - Comms and requests belong to the caller's thread; one comm must not be used from two threads
-//   at once. Close functions accept comms with requests in flight (they are dropped).
+// - Close functions accept comms with requests in flight (they are dropped).
+//
+// Threads (stated once, for every implementation): a transport instance may be called from several
+// threads at once provided that each comm (listen, send or receive comm) and each request is used
+// by one thread at a time; name, devices and getProperties may be called from any thread. The
+// network transports are one instance per process, shared by every communicator, and communicators
+// may be driven from different threads (include/loom/loom.h). The shared-memory transport is the
+// exception: an instance belongs to one rank of one communicator and all its comms share state, so
+// the instance as a whole is driven by one thread at a time (the communicator's rule).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +40,14 @@ struct Handle {
 };
 
 enum PtrType : int { kPtrHost = 1, kPtrCuda = 2, kPtrDmabuf = 4 };
+
+// What a transport says about reaching one rank of a communicator (NCCL's canConnect): whether it
+// can carry that rank's traffic on a channel, and at what price. The runtime builds its table of
+// transports per (rank, channel) from these once, at init, and takes the cheapest.
+struct Reach {
+  bool reachable = false;
+  double latencyUs = 0;
+};
 
 struct Properties {
   std::string name;     // device name, e.g. "eth0" or "mlx5_0"
@@ -92,6 +107,22 @@ class Transport {
   // (and, if listenComm is not null, that listener) may be able to progress. Lets oversubscribed
   // ranks give their core away instead of spinning. The default just yields.
   virtual void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs);
+  // Loom extension: for a caller that also waits on another transport (so it must look at that
+  // one again soon): sleeps up to timeoutUs until this transport may progress, and returns true,
+  // where it can be woken that fast (a doorbell); false at once where it cannot (then poll it).
+  virtual bool napUs(int64_t timeoutUs) { return false; }
+
+  // Loom extension: the connections of transports that make them when the ranks attach (shared
+  // memory: one per pair of ranks of the host, from the segment), by communicator rank; nullptr
+  // where connections are made with listen / connect / accept.
+  virtual void* presetSendComm(int rank) { return nullptr; }
+  virtual void* presetRecvComm(int rank) { return nullptr; }
+  // Loom extension: whether this transport reaches `rank` of the communicator on `channel`. A
+  // network transport reaches every rank on every channel at its device's latency.
+  virtual Reach reach(int rank, int channel) const;
+  // Whether this transport wants memory registered (regMr) before it moves it: the runtime then
+  // passes registered buffers' handles (loomCommRegister) instead of nullptr.
+  virtual bool wantsRegistration() const { return true; }
 };
 
 }  // namespace net

@@ -2,16 +2,36 @@
  * Loom: collective communication for GPU and CPU clusters.
  *
  * The public C API. Shaped like NCCL's (unique id, CommInitRank, a stream argument) so that NCCL
- * users feel at home, with its own prefix. Every function returns a loomResult_t; on failure
- * loomGetLastError() returns a message naming the problem (and the peer, where one is involved).
+ * users feel at home, with its own prefix. Every function but the two that return strings returns
+ * a loomResult_t; on failure loomGetLastError() returns a message naming the problem (and the
+ * peer, where one is involved). Each function's comment says how it blocks and points to these
+ * rules, which hold for all of them:
  *
- * Buffers: host memory in this release. A NULL stream means the call has completed when it
- * returns. The stream argument is where CUDA device buffers and streams will plug in without a
- * change to this header.
+ * Blocking. Calls run on the calling thread; nothing progresses between calls. A call that takes a
+ * stream takes only NULL in this release (a non-NULL stream is loomInvalidArgument; the stream is
+ * where CUDA device buffers will plug in without a change to this header). Outside a group it
+ * returns when this rank's part is complete: its send buffer was read, its receive buffer holds
+ * the result, and no peer touches either any more (peers may still be finishing their part).
+ * Every wait has the communicator's deadline (loomConfig_t.timeoutMs, else LOOM_TIMEOUT: then
+ * loomTimeout) and ends early when a peer fails or on loomCommAbort.
  *
- * Thread safety: calls on one communicator must come from one thread at a time (as in NCCL).
- * Different communicators may be driven from different threads concurrently. loomCommAbort may be
- * called from any thread at any time and wakes every blocked call on that communicator.
+ * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
+ * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.
+ *
+ * Buffers. The caller owns every buffer. One passed to a call must stay allocated, a send buffer
+ * unmodified and a receive buffer untouched, until the call returns, or, for a call made inside a
+ * group, until the outermost loomGroupEnd returns (with CUDA streams, later: until the stream's
+ * work completes). Structs and strings passed in (loomConfig_t and its commName, a spec) are read
+ * during the call only. Host memory in this release.
+ *
+ * Handles. A loomComm_t is the caller's from the call that returns it until loomCommDestroy or
+ * loomCommAbort; after either it must not be used again, by any thread.
+ *
+ * Threads. Calls on one communicator must not overlap (as in NCCL): one thread at a time, and the
+ * calls a thread has queued in an open group hold the communicator until its loomGroupEnd. The
+ * exceptions: loomCommAbort, and loomCommGetAsyncError, may be called from another thread while a
+ * call runs on it (see their comments). Different communicators may be driven from different
+ * threads concurrently. Group state and loomGetLastError are per thread. See docs/threads.md.
  */
 #ifndef LOOM_LOOM_H_
 #define LOOM_LOOM_H_
@@ -108,43 +128,74 @@ typedef struct {
 
 #define LOOM_SPLIT_NOCOLOR (-1)
 
+/* LOOM_VERSION_CODE of the library. Returns at once; any thread. */
 LOOM_API loomResult_t loomGetVersion(int* version);
 
-/* Opens the root rendezvous listener in this process and returns the id that names it. When
- * LOOM_COMM_ID=host:port is set, no listener is opened here: rank 0 opens it at that address. */
+/* Returns at once with an id naming a rendezvous listener it starts on a thread of this process.
+ * The listener serves the one communicator made from the id and ends once every rank has joined,
+ * or LOOM_TIMEOUT after this call (as set now, 0: never; not loomConfig_t.timeoutMs), used or
+ * not. With LOOM_COMM_ID=host:port set, nothing starts here: the id names that address and rank
+ * 0's loomCommInitRank starts the listener in its own process. The id is a value: copyable bytes
+ * (address and secret) to hand to every rank out of band. */
 LOOM_API loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
 
-/* Collective over all nranks: blocks until every rank has joined or the deadline passes. */
+/* Collective over all nranks: blocks until every rank has joined and shared memory inside each
+ * host is set up, or a wait passes the deadline (config's timeoutMs, else LOOM_TIMEOUT; the
+ * listener's own LOOM_TIMEOUT also bounds the rendezvous). Groups do not apply: it blocks inside
+ * one too. *comm is the caller's until loomCommDestroy/loomCommAbort; NULL on failure. */
 LOOM_API loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank);
+/* As loomCommInitRank; config may be NULL and is read during the call only. */
 LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId,
                                              int rank, loomConfig_t* config);
 /* Ranks from a launcher's environment: LOOM_COMM_ID or torchrun's MASTER_ADDR/MASTER_PORT with
- * RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS. */
+ * RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS. Rank 0
+ * starts the rendezvous listener in its process; then it blocks as loomCommInitRank does. */
 LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
-/* ndev ranks as threads of this process (devlist is for CUDA builds; may be NULL). */
+/* ndev ranks as threads of this process (devlist is for CUDA builds; may be NULL): starts a
+ * listener as loomGetUniqueId does and blocks until every rank is ready. comms holds ndev
+ * handles, each to destroy; on failure none is kept (every comms[i] is NULL). */
 LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
 /* Collective over comm: ranks with the same color form a new communicator ordered by key, then
- * by old rank. LOOM_SPLIT_NOCOLOR gives *newcomm = NULL. */
+ * by old rank. LOOM_SPLIT_NOCOLOR gives *newcomm = NULL. Blocks until every rank of comm has
+ * called it and the new communicator is set up (comm's deadline, then config's);
+ * loomInvalidUsage inside a group. *newcomm is independent of comm: destroy each on its own. */
 LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                                     loomConfig_t* config);
-/* Waits for outstanding operations; the communicator can then only be destroyed. */
+/* Returns at once: host calls complete before they return, so nothing is outstanding. As in
+ * NCCL only loomCommDestroy should follow, but nothing is marked: comm stays usable. */
 LOOM_API loomResult_t loomCommFinalize(loomComm_t comm);
+/* Frees comm: drops the calls this thread queued on it in an open group, releases its
+ * registrations, closes its connections and marks this rank closed in shared memory, so peers
+ * still waiting on it fail ("destroyed its communicator"). It does not synchronize with other
+ * ranks (it waits, a few seconds at most, only for a peer of this host already reading this
+ * rank's memory, and ~200 ms for a goodbye to its bootstrap neighbours). NULL: no-op. */
 LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
-/* Always returns, promptly: wakes every call blocked on comm, closes its connections, frees it. */
+/* From any thread: raises comm's abort flag (calls blocked on it return loomAborted within
+ * milliseconds), drops this thread's queued calls on it, waits up to about 10 s for running calls
+ * to leave, then frees comm as loomCommDestroy does, without the goodbye. If a call is still
+ * running after 10 s, it returns and leaves comm allocated (leaked) rather than free it under the
+ * call. Either way comm is dead: no thread may start a call on it once this is called. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
-/* loomSuccess while healthy; the error that broke the communicator otherwise. */
+/* loomSuccess while healthy; loomAborted once aborted; else the error that broke the
+ * communicator. Returns at once; may run on another thread while a call runs on comm (it reads
+ * the failure state under a lock), but not once loomCommDestroy or loomCommAbort has begun. */
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+/* The number of ranks of comm / this rank in it. Both return at once. */
 LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int* count);
 LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 
 /* Operations between GroupStart and GroupEnd (on one or several communicators) are issued as one
- * and complete together at GroupEnd. Groups nest; the outermost GroupEnd runs them. */
+ * and complete together at GroupEnd. Groups nest and are per thread. GroupStart returns at once;
+ * so does a nested GroupEnd. The outermost GroupEnd runs the queued calls and blocks until all
+ * are complete (see 'Blocking' above), returning the first error; their buffers are then free. */
 LOOM_API loomResult_t loomGroupStart(void);
 LOOM_API loomResult_t loomGroupEnd(void);
 
 /* Collectives. In-place as NCCL defines it: AllReduce, Broadcast, Reduce when sendbuff == recvbuff;
  * AllGather when sendbuff == recvbuff + rank * sendcount; ReduceScatter when
- * recvbuff == sendbuff + rank * recvcount; AllToAll when sendbuff == recvbuff. */
+ * recvbuff == sendbuff + rank * recvcount; AllToAll when sendbuff == recvbuff. A buffer a rank
+ * does not use (a non-root's Broadcast sendbuff or Reduce recvbuff) is ignored. Each blocks, or
+ * queues in a group, as 'Blocking' and 'Groups' above say; buffers as 'Buffers' above says. */
 LOOM_API loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                     loomStream_t stream);
@@ -163,7 +214,8 @@ LOOM_API loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, si
 LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 /* Point to point: sends to a peer match that peer's receives in posting order; counts must match.
- */
+ * Blocking, groups and buffers as for collectives. Outside a group a call may wait for the peer's
+ * matching one: put the sends and receives of an exchange in one group. */
 LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype,
                                int peer, loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
@@ -184,21 +236,25 @@ typedef enum {
 typedef struct {
   char name[32];      /* a registered algorithm */
   double predictedUs; /* the cost model's time; < 0: not priced */
-  int allowed;        /* by LOOM_ALGO */
+  int allowed;        /* by LOOM_ALGO or loomCommSetAlgo */
 } loomPlanCandidate_t;
 
 typedef struct {
-  char path[32];      /* "low-latency", "schedule", or "schedule/mapped": "direct" in one pass
-                         over the peers' buffers when every rank's can be reached (decided per
-                         call; else the planner's own choice runs) */
-  char algorithm[32]; /* the schedule that runs (or would, when the path is not "schedule") */
-  char source[16];    /* "model", "tuning", or "rule" (LOOM_PLANNER=0) */
+  char path[32];      /* for plain host buffers: "low-latency", "one-pass" (over the peers'
+                         buffers, without messages; where a rank's buffers cannot be reached,
+                         the call falls back to the schedule) or "schedule". loomMemAlloc buffers
+                         may take the one pass where "schedule" is reported */
+  char algorithm[32]; /* "direct" on the one pass; else the schedule's algorithm (on
+                         "low-latency": the one that would run without it) */
+  char source[16];    /* "model", "tuning" (LOOM_TUNING_FILE), "filter" (LOOM_ALGO or
+                         loomCommSetAlgo left only it), "rule" (LOOM_PLANNER=0, no model, 1 rank) */
   double predictedUs; /* the model's time for that algorithm; < 0: not priced */
   int nCandidates;
   loomPlanCandidate_t candidates[LOOM_PLAN_MAX_CANDIDATES];
 } loomPlanInfo_t;
 
-/* count as the collective's own call takes it (AllGather: sendcount; ReduceScatter: recvcount). */
+/* count as the collective's own call takes it (AllGather: sendcount; ReduceScatter: recvcount);
+ * root must be a rank even for collectives without one. Local: returns at once, sends nothing. */
 LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t count,
                                        loomDataType_t datatype, int root, int inPlace,
                                        loomPlanInfo_t* info);
@@ -207,7 +263,8 @@ LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, s
  * ("allreduce:ring,tree;broadcast:^direct"), in place of LOOM_ALGO for this communicator only; NULL
  * or "" goes back to LOOM_ALGO. Takes effect from the next call. Every rank of comm must set the
  * same spec before the same call, as every rank must see the same LOOM_ALGO: ranks that disagree
- * run different schedules, which fail as mismatched calls (after LOOM_TIMEOUT at worst). Errors:
+ * run different schedules, which fail as mismatched calls (after LOOM_TIMEOUT at worst). Local:
+ * returns at once; spec is parsed here and need not outlive the call. Errors:
  * NULL comm, a spec LOOM_ALGO would reject (the message names the valid collectives and
  * algorithms; loomInvalidArgument), a call inside a group (loomInvalidUsage); the previous
  * setting then stays. */
@@ -217,7 +274,8 @@ LOOM_API loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec);
  * shared-memory message from a buffer allocated here is read by the receiving process straight
  * from this buffer, with one copy and no system call, instead of through the transport's slots.
  * Any buffer works with every call; these are faster inside a host. The memory is page aligned and
- * zero-filled; free it with loomMemFree (communicators need not exist). */
+ * zero-filled and the caller's until loomMemFree, whatever happens to communicators (none need
+ * exist). Both return at once and may be called from any thread; loomMemFree(NULL) does nothing. */
 LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size);
 LOOM_API loomResult_t loomMemFree(void* ptr);
 
@@ -226,18 +284,21 @@ LOOM_API loomResult_t loomMemFree(void* ptr);
  * register memory with its NIC (InfiniBand verbs, NCCL net plugins) then registers it once per
  * connection, on first use, instead of registering and deregistering every message; calls on
  * buffers inside a registered range use it whatever their offset. Registration is optional:
- * every buffer works without it. Ranges may overlap. *handle is opaque; it belongs to comm.
- * loomCommDeregister releases the registration (the NIC registrations made for it included); it
- * must come before the memory is freed. Deregistering while a call that uses the buffer is in
- * progress (for example from another thread, which breaks the one-thread rule) is the caller's
- * bug, as in NCCL. Registrations left at loomCommDestroy/loomCommAbort are released there.
+ * every buffer works without it. Ranges may overlap. Both return at once (the NIC registration
+ * happens in a later call). *handle is opaque; it belongs to comm and lives until
+ * loomCommDeregister, loomCommDestroy or loomCommAbort, which release it (the NIC registrations
+ * made for it included); the memory must stay allocated until then. Deregistering while a call
+ * that uses the buffer is in progress (from another thread: that breaks 'Threads' above) is the
+ * caller's bug, as in NCCL.
  * Errors: NULL comm, buff or handle, size 0, a handle not from this comm or deregistered already
  * (loomInvalidArgument); a communicator that failed cannot register (deregistering still works). */
 LOOM_API loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** handle);
 LOOM_API loomResult_t loomCommDeregister(loomComm_t comm, void* handle);
 
+/* A static string, never to free. Returns at once; any thread. */
 LOOM_API const char* loomGetErrorString(loomResult_t result);
-/* The message of the last failure of a Loom call on this thread ("" if none). */
+/* The message of the last failure of a Loom call on this thread ("" if none); successes leave it.
+ * Owned by Loom; valid until this thread's next failing Loom call. */
 LOOM_API const char* loomGetLastError(void);
 
 #ifdef __cplusplus

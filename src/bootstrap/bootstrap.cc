@@ -34,10 +34,10 @@ struct Bootstrap::Impl {
 
   int nextRank() const { return (rank + 1) % nranks; }
   int prevRank() const { return (rank + nranks - 1) % nranks; }
-  bool isAborted() const {
-    return aborted.load(std::memory_order_acquire) ||
-           (extAbort && extAbort->load(std::memory_order_acquire));
-  }
+  // What ends a blocking socket wait of this bootstrap early (socket_util's connectWithRetry,
+  // sendAll, recvAll): abort() or the caller's flag.
+  AbortFlags abortFlags() const { return AbortFlags(&aborted, extAbort); }
+  bool isAborted() const { return abortFlags().raised(); }
   Status abortedError(const std::string& during) const {
     return LOOM_ERROR(kAborted, "bootstrap rank {}: aborted during {}", rank, during);
   }
@@ -47,12 +47,6 @@ struct Bootstrap::Impl {
     std::lock_guard<std::mutex> lk(mu);
     *slot = std::move(fd);
   }
-
-  // Polls fd for events until ready, the deadline, or abort. Errors carry no context.
-  Status wait(int fd, short events, const Deadline& deadline);
-  Status sendFully(int fd, const void* data, size_t bytes, const Deadline& deadline);
-  Status recvFully(int fd, void* data, size_t bytes, const Deadline& deadline);
-  Result<Fd> connectRetry(const SockAddr& addr, const Deadline& deadline);
 
   Status rendezvous(const UniqueIdInfo& id, const std::string& blob, const Deadline& deadline);
   Status joinRing(const Deadline& deadline);
@@ -115,64 +109,6 @@ Status Bootstrap::Impl::openListener(const SockAddr& at) {
   return Status();
 }
 
-Status Bootstrap::Impl::wait(int fd, short events, const Deadline& deadline) {
-  if (isAborted()) return LOOM_ERROR(kAborted, "aborted");
-  if (deadline.expired())
-    return LOOM_ERROR(kTimeout, "timed out after {} ms", deadline.timeoutMs());
-  pollfd p{fd, events, 0};
-  ::poll(&p, 1, deadline.remainingMs(100));
-  return Status();
-}
-
-Status Bootstrap::Impl::sendFully(int fd, const void* data, size_t bytes,
-                                  const Deadline& deadline) {
-  const char* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    LOOM_ASSIGN(size_t n, sendSome(fd, p + done, bytes - done));
-    done += n;
-    if (done < bytes && n == 0) LOOM_TRY(wait(fd, POLLOUT, deadline));
-  }
-  return Status();
-}
-
-Status Bootstrap::Impl::recvFully(int fd, void* data, size_t bytes, const Deadline& deadline) {
-  char* p = static_cast<char*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    LOOM_ASSIGN(size_t n, recvSome(fd, p + done, bytes - done));
-    done += n;
-    if (done < bytes && n == 0) LOOM_TRY(wait(fd, POLLIN, deadline));
-  }
-  return Status();
-}
-
-Result<Fd> Bootstrap::Impl::connectRetry(const SockAddr& addr, const Deadline& deadline) {
-  int delayMs = 1;
-  Status last;
-  while (true) {
-    LOOM_ASSIGN(Fd fd, startConnect(addr));
-    while (true) {
-      auto c = checkConnect(fd.get());
-      if (!c.isOk()) {
-        last = c.status();
-        break;
-      }
-      if (c.value()) return fd;
-      LOOM_TRY(wait(fd.get(), POLLOUT, deadline));
-    }
-    // Refused or unreachable: the peer may not be listening yet.
-    fd.reset();
-    if (isAborted()) return LOOM_ERROR(kAborted, "aborted");
-    pollfd none{-1, 0, 0};
-    ::poll(&none, 1, std::min(delayMs, deadline.remainingMs(100)));
-    if (deadline.expired())
-      return LOOM_ERROR(kTimeout, "timed out after {} ms ({})", deadline.timeoutMs(),
-                        last.message());
-    delayMs = std::min(delayMs * 2, 100);
-  }
-}
-
 Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& blob,
                                    const Deadline& deadline) {
   const std::string rootName = id.root.toString();
@@ -197,14 +133,14 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
                               rootName, st.message()));
   };
 
-  auto fdr = connectRetry(id.root, deadline);
+  auto fdr = connectWithRetry(id.root, deadline, abortFlags());
   if (!fdr.isOk()) return context(fdr.status(), "cannot connect to");
   Fd root = std::move(fdr).value();
-  Status st = sendFully(root.get(), hello.data(), hello.size(), deadline);
+  Status st = sendAll(root.get(), hello.data(), hello.size(), deadline, abortFlags());
   if (!st.isOk()) return context(st, "cannot send the hello to");
 
   uint8_t head[wire::kReplyBytes];
-  st = recvFully(root.get(), head, sizeof(head), deadline);
+  st = recvAll(root.get(), head, sizeof(head), deadline, abortFlags());
   if (st.code() == Code::kTimeout)
     return LOOM_ERROR(kTimeout,
                       "bootstrap rank {} of {}: no table from the root at {} within {} ms (have "
@@ -223,7 +159,7 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
                       rootName, magic);
   if (kind == wire::kReplyError) {
     std::string text(std::min<uint64_t>(payloadBytes, wire::kMaxErrorText), '\0');
-    (void)recvFully(root.get(), &text[0], text.size(), Deadline(1000));
+    (void)recvAll(root.get(), &text[0], text.size(), Deadline(1000), abortFlags());
     Code c = static_cast<Code>(code);
     if (c != Code::kTimeout && c != Code::kInvalidArgument) c = Code::kRemote;
     return Status(c, fmt::format("bootstrap rank {} of {}: {}", rank, nranks, text));
@@ -235,7 +171,7 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
                       "{}, {} bytes)",
                       rank, rootName, kind, code, payloadBytes);
   std::string payload(payloadBytes, '\0');
-  st = recvFully(root.get(), &payload[0], payload.size(), deadline);
+  st = recvAll(root.get(), &payload[0], payload.size(), deadline, abortFlags());
   if (!st.isOk()) return context(st, "incomplete table from");
   root.reset();
 
@@ -302,7 +238,7 @@ Status Bootstrap::Impl::acceptPrev(const Deadline& deadline) {
             continue;
           }
           std::string ack = ringHandshake(wire::kAckMagic, secret, rank, from, nranks);
-          Status st = sendFully(p.fd.get(), ack.data(), ack.size(), deadline);
+          Status st = sendAll(p.fd.get(), ack.data(), ack.size(), deadline, abortFlags());
           if (!st.isOk()) {
             if (st.code() == Code::kAborted) return abortedError("the ring join");
             return Status(
@@ -352,15 +288,15 @@ Status Bootstrap::Impl::joinRing(const Deadline& deadline) {
     // Connect and send our handshake first: the kernel completes the connection and buffers the
     // handshake without the successor's help, so every rank reaches acceptPrev and none waits in
     // a cycle.
-    auto fdr = connectRetry(listeners[to], deadline);
+    auto fdr = connectWithRetry(listeners[to], deadline, abortFlags());
     if (!fdr.isOk()) return ctx(fdr.status(), "cannot connect to");
     Fd fd = std::move(fdr).value();
     std::string hs = ringHandshake(wire::kRingMagic, secret, rank, to, nranks);
-    Status st = sendFully(fd.get(), hs.data(), hs.size(), deadline);
+    Status st = sendAll(fd.get(), hs.data(), hs.size(), deadline, abortFlags());
     if (!st.isOk()) return ctx(st, "cannot send the ring handshake to");
     LOOM_TRY(acceptPrev(deadline));
     uint8_t ack[wire::kRingBytes];
-    st = recvFully(fd.get(), ack, sizeof(ack), deadline);
+    st = recvAll(fd.get(), ack, sizeof(ack), deadline, abortFlags());
     if (!st.isOk())
       return ctx(st, st.code() == Code::kTimeout ? "no ring handshake answer from"
                                                  : "ring handshake refused (see its log) by");
@@ -389,10 +325,10 @@ Status Bootstrap::Impl::fail(Status st, int sendFd, bool sendAtBoundary, int fai
   // frame there always starts at a frame boundary; towards next only if no data frame was cut.
   Deadline brief(1000);
   if (prev.valid() && failedRank != prevRank()) {
-    (void)sendFully(prev.get(), frame.data(), frame.size(), brief);
+    (void)sendAll(prev.get(), frame.data(), frame.size(), brief, abortFlags());
   }
   if (next.valid() && failedRank != nextRank() && sendAtBoundary && sendFd >= 0) {
-    (void)sendFully(next.get(), frame.data(), frame.size(), brief);
+    (void)sendAll(next.get(), frame.data(), frame.size(), brief, abortFlags());
   }
   std::lock_guard<std::mutex> lk(mu);
   if (prev.valid()) ::shutdown(prev.get(), SHUT_WR);
@@ -452,7 +388,7 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
       return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed error frame from rank {}", rank,
                         peer);
     std::string body(len, '\0');
-    Status st = recvFully(fd, &body[0], len, Deadline(2000));
+    Status st = recvAll(fd, &body[0], len, Deadline(2000), abortFlags());
     if (!st.isOk()) return closed(peer, st);
     wire::Reader b(body.data(), body.size());
     Code code = static_cast<Code>(b.u32());
@@ -591,7 +527,7 @@ Bootstrap::~Bootstrap() {
   w.u64(0);
   Deadline brief(200);
   for (Fd* fd : {&s.prev, &s.next})
-    if (fd->valid()) (void)s.sendFully(fd->get(), frame.data(), frame.size(), brief);
+    if (fd->valid()) (void)sendAll(fd->get(), frame.data(), frame.size(), brief, s.abortFlags());
 }
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueIdInfo& id, int rank, int nranks,
@@ -728,7 +664,7 @@ Status Bootstrap::pollFailure() {
     if (magic != wire::kFrameMagic || kind != wire::kFrameError) continue;
     if (len < 4 || len > wire::kMaxErrorText) continue;
     std::string frame(sizeof(hdr) + len, '\0');
-    if (!s.recvFully(fds[k], &frame[0], frame.size(), Deadline(2000)).isOk()) continue;
+    if (!recvAll(fds[k], &frame[0], frame.size(), Deadline(2000), s.abortFlags()).isOk()) continue;
     wire::Reader b(frame.data() + sizeof(hdr), len);
     Code code = static_cast<Code>(b.u32());
     if (code != Code::kTimeout && code != Code::kAborted) code = Code::kRemote;

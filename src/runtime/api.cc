@@ -20,8 +20,7 @@
 #include "src/core/params.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/executor.h"
-#include "src/runtime/low_latency.h"
-#include "src/runtime/shared_direct.h"
+#include "src/runtime/run.h"
 #include "transports/shm/shared_alloc.h"
 
 struct loomComm {
@@ -150,8 +149,7 @@ Status checkPtr(const void* p, const char* name, size_t count, loomDataType_t dt
 // The checks of a collective's shape, shared by the calls and loomCommPlanInfo: the root of a
 // rooted collective is a rank, and the buffers' byte sizes fit in half the address space.
 Status checkShape(CollKind coll, size_t count, size_t es, int root, int n) {
-  bool rooted = coll == CollKind::kBroadcast || coll == CollKind::kReduce;
-  if (rooted && (root < 0 || root >= n))
+  if (collRooted(coll) && (root < 0 || root >= n))
     return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root, n);
   if (count > (SIZE_MAX / 2) / es / static_cast<size_t>(n))
     return LOOM_ERROR(kInvalidArgument, "count {} is too large", count);
@@ -160,8 +158,12 @@ Status checkShape(CollKind coll, size_t count, size_t es, int root, int n) {
 
 // Validates a call and queues it (in a group) or runs it.
 Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
-  LOOM_TRY(checkComm(comm));
+  if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
   Comm* c = comm->impl.get();
+  // Counted as running before anything else is read: loomCommAbort from another thread waits for
+  // it instead of freeing the communicator under it.
+  CallScope scope(c);
+  LOOM_TRY(checkComm(comm));
   if (!validDataType(a.rawDtype))
     return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", a.rawDtype,
                       loomNumTypes - 1);
@@ -179,14 +181,10 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   LOOM_TRY(checkShape(a.coll, a.count, es, a.root, n));
   if (a.coll == CollKind::kSendRecv && (a.peer < 0 || a.peer >= n))
     return LOOM_ERROR(kInvalidArgument, "peer {} is out of range for {} ranks", a.peer, n);
-  size_t inCount = a.count, outCount = a.count;
-  if (a.coll == CollKind::kAllGather) outCount = a.count * n;
-  if (a.coll == CollKind::kReduceScatter) inCount = a.count * n;
-  if (a.coll == CollKind::kAllToAll) inCount = outCount = a.count * n;
-  bool needIn = !(a.coll == CollKind::kBroadcast && me != a.root) &&
-                !(a.coll == CollKind::kSendRecv && !a.isSend);
-  bool needOut = !(a.coll == CollKind::kReduce && me != a.root) &&
-                 !(a.coll == CollKind::kSendRecv && a.isSend);
+  const CollCounts counts = collCounts(a.coll, a.count, n);
+  const size_t inCount = counts.input, outCount = counts.output;
+  bool needIn = collUsesInput(a.coll, me, a.root, a.isSend);
+  bool needOut = collUsesOutput(a.coll, me, a.root, a.isSend);
   if (needIn) LOOM_TRY(checkPtr(a.sendbuff, "sendbuff", inCount, a.dtype));
   if (needOut) LOOM_TRY(checkPtr(a.recvbuff, "recvbuff", outCount, a.dtype));
   if (!needIn) a.sendbuff = nullptr;
@@ -195,17 +193,8 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   const char* s = static_cast<const char*>(a.sendbuff);
   char* r = static_cast<char*>(a.recvbuff);
   if (a.coll != CollKind::kSendRecv && s && r) {
-    switch (a.coll) {
-      case CollKind::kAllGather:
-        a.inPlace = s == r + static_cast<size_t>(me) * a.count * es;
-        break;
-      case CollKind::kReduceScatter:
-        a.inPlace = r == s + static_cast<size_t>(me) * a.count * es;
-        break;
-      default:
-        a.inPlace = s == r;
-        break;
-    }
+    const size_t block = collInPlaceOffset(a.coll, a.count, me) * es;
+    a.inPlace = a.coll == CollKind::kReduceScatter ? r == s + block : s == r + block;
     if (!a.inPlace && rangesOverlap(s, inCount * es, r, outCount * es))
       return LOOM_ERROR(kInvalidArgument,
                         "sendbuff and recvbuff overlap without being in place as {} defines it",
@@ -218,10 +207,7 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
     tGroup.ops.push_back(q);
     return Status();
   }
-  CallScope scope(c);
-  // Small collectives of a one-host communicator skip the executor (and its allocations).
-  if (lowLatencyEligible(*c, a)) return runLowLatency(c, a);
-  return executeOps({q});
+  return runCalls({q});
 }
 
 Status runGroup(std::vector<QueuedOp> ops) {
@@ -232,7 +218,7 @@ Status runGroup(std::vector<QueuedOp> ops) {
     seen.push_back(q.comm);
     scopes.push_back(std::make_unique<CallScope>(q.comm));
   }
-  return executeOps(ops);
+  return runCalls(ops);
 }
 
 // Reads an enum argument's bits without loading it as the enum type (see OpArgs::rawDtype).
@@ -303,49 +289,34 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
                         cm->nranks());
     LOOM_TRY(checkShape(kinds[c], count, dataTypeSize(static_cast<loomDataType_t>(dt)), root,
                         cm->nranks()));
-    OpArgs op;
-    op.coll = kinds[c];
-    op.count = count;
-    op.dtype = static_cast<loomDataType_t>(dt);
-    op.rawDtype = dt;
-    op.root = root;
-    op.inPlace = inPlace != 0;
+    CallShape call;
+    call.coll = kinds[c];
+    call.count = count;
+    call.dtype = static_cast<loomDataType_t>(dt);
+    call.root = root;
+    call.inPlace = inPlace != 0;
+    LOOM_ASSIGN(Decision d, cm->decide(call, /*explain=*/true));
     auto copyName = [](char* dst, size_t n, const std::string& s) {
       std::snprintf(dst, n, "%s", s.c_str());
     };
-    copyName(info->path, sizeof(info->path),
-             lowLatencyEligible(*cm, op) ? "low-latency" : "schedule");
-    LOOM_ASSIGN(std::string algo, chooseAlgorithm(*cm, op));
-    copyName(info->algorithm, sizeof(info->algorithm), algo);
-    copyName(info->source, sizeof(info->source), "rule");
-    info->predictedUs = -1;
-    if (params::kPlanner.asBool() && cm->planner() && cm->nranks() > 1) {
-      LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, currentAlgoFilter(*cm));
-      LOOM_ASSIGN(Plan plan, cm->planFor(planArgsOf(*cm, op), dataTypeSize(op.dtype), *filter));
-      copyName(info->source, sizeof(info->source), plan.source);
-      info->predictedUs = plan.predictedSec < 0 ? -1 : plan.predictedSec * 1e6;
-      for (const PlanCandidate& pc : plan.candidates) {
+    // The one pass is reported where it runs on plain buffers (loomMemAlloc buffers are reached
+    // at a lower price, so it runs on those too).
+    const bool onePass = d.path == Path::kOnePass && d.onePassPlain;
+    const Path path = d.path == Path::kOnePass && !onePass ? Path::kSchedule : d.path;
+    copyName(info->path, sizeof(info->path), pathName(path));
+    copyName(info->algorithm, sizeof(info->algorithm), onePass ? "direct" : d.algorithm);
+    copyName(info->source, sizeof(info->source), d.source);
+    double predicted = onePass ? d.onePassPlainSec : d.scheduleSec;
+    if (onePass && d.onePassPlainSec < 0) predicted = d.predictedSec;
+    info->predictedUs = predicted < 0 ? -1 : predicted * 1e6;
+    if (d.plan)
+      for (const PlanCandidate& pc : d.plan->candidates) {
         if (info->nCandidates >= LOOM_PLAN_MAX_CANDIDATES) break;
         loomPlanCandidate_t& out = info->candidates[info->nCandidates++];
         copyName(out.name, sizeof(out.name), pc.algorithm);
         out.predictedUs = pc.seconds < 0 ? -1 : pc.seconds * 1e6;
         out.allowed = pc.allowed ? 1 : 0;
       }
-    }
-    // The one pass (the direct algorithm without messages) runs where every rank's buffers can
-    // be reached and it is cheaper; otherwise the schedule above. Priced for plain buffers:
-    // between processes they need process_vm_readv/writev (loomMemAlloc buffers are mapped, and
-    // cheaper still).
-    SharedDirectChoice choice = sharedDirectUse(*cm, op);
-    if (std::string(info->path) == "schedule" && choice.use != SharedDirectUse::kNone) {
-      bool cma = !cm->shm()->allOneProcess();
-      double onePass = sharedDirectSeconds(*cm, op, cma);
-      if (choice.planSeconds < 0 || onePass < choice.planSeconds) {
-        copyName(info->path, sizeof(info->path), "schedule/mapped");
-        copyName(info->algorithm, sizeof(info->algorithm), "direct");
-        if (onePass >= 0) info->predictedUs = onePass * 1e6;
-      }
-    }
     return Status();
   });
 }
@@ -393,7 +364,7 @@ loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** h
     if (!buff) return LOOM_ERROR(kInvalidArgument, "buff is NULL");
     if (size == 0) return LOOM_ERROR(kInvalidArgument, "size is 0");
     CallScope scope(comm->impl.get());
-    LOOM_ASSIGN(*handle, comm->impl->registerBuffer(buff, size));
+    LOOM_ASSIGN(*handle, comm->impl->registrations().add(buff, size));
     return Status();
   });
 }
@@ -405,7 +376,7 @@ loomResult_t loomCommDeregister(loomComm_t comm, void* handle) {
     if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
     if (!handle) return LOOM_ERROR(kInvalidArgument, "handle is NULL");
     CallScope scope(comm->impl.get());
-    return comm->impl->deregisterBuffer(handle);
+    return comm->impl->registrations().remove(handle);
   });
 }
 

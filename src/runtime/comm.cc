@@ -13,6 +13,7 @@
 #include "algorithms/schedule.h"
 #include "algorithms/tuning.h"
 #include "src/core/clock.h"
+#include "src/core/dtype.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
 #include "src/core/process.h"
@@ -23,10 +24,6 @@
 namespace loom {
 
 namespace {
-
-constexpr uint32_t kHelloMagic = 0x4c4d4831;  // "LMH1"
-constexpr int kHelloTag = 0x7fff0000;
-constexpr size_t kHelloBytes = 24;
 
 // Little writer/reader for PeerInfo blobs.
 void putU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
@@ -54,15 +51,6 @@ struct Reader {
     return v;
   }
 };
-
-void fillHello(unsigned char* out, int rank, int channel, uint64_t secret) {
-  uint32_t magic = kHelloMagic, r = static_cast<uint32_t>(rank), c = static_cast<uint32_t>(channel);
-  std::memcpy(out, &magic, 4);
-  std::memcpy(out + 4, &r, 4);
-  std::memcpy(out + 8, &c, 4);
-  std::memset(out + 12, 0, 4);
-  std::memcpy(out + 16, &secret, 8);
-}
 
 uint64_t mixSecret(uint64_t secret, uint64_t a, uint64_t b) {
   uint64_t h = secret ^ 0x9e3779b97f4a7c15ull;
@@ -181,8 +169,9 @@ Status Comm::buildSystem() {
 
 Comm::~Comm() {
   if (shm_) shm_->setState(shm::PeerState::kClosed);
-  closeConnections();
-  if (listenComm_ && net_) (void)net_->closeListen(listenComm_);
+  // The transport's memory handles are made per connection and must go before it closes.
+  registrations_.releaseHandles();
+  connections_.close(/*listener=*/true);
 }
 
 Status Comm::initNet(const loomConfig_t* config) {
@@ -194,11 +183,12 @@ Status Comm::initNet(const loomConfig_t* config) {
   LOOM_ASSIGN(net_, networkTransport(/*allowPlugin=*/true));
   if (net_->devices() < 1)
     return LOOM_ERROR(kSystem, "network transport {} has no device", net_->name());
+  registrations_.setTransport(net_);
   net::Handle h{};
-  LOOM_TRY(net_->listen(0, &h, &listenComm_).withContext("opening the transport listener"));
+  LOOM_TRY(connections_.listen(net_, &h));
   peers_.assign(nranks_, PeerInfo());
   peers_[rank_].netHandle = h;
-  plans_ = std::make_unique<PlanCache>();
+  schedules_ = std::make_unique<ScheduleCache>();
   timeoutMs_ = configTimeoutMs(config);
   return Status();
 }
@@ -230,14 +220,16 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   CPU_ZERO(&cpus);
   me.cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   Deadline deadline(c->timeoutMs_);
-  LOOM_ASSIGN(c->bootstrap_,
-              Bootstrap::connect(id, rank, nranks, me.serialize(), deadline, &c->abort_));
+  LOOM_ASSIGN(c->bootstrap_, Bootstrap::connect(id, rank, nranks, me.serialize(), deadline,
+                                                c->failure_.abortFlagMutable()));
+  c->failure_.setBootstrap(c->bootstrap_.get());
   for (int r = 0; r < nranks; ++r) {
     LOOM_ASSIGN(c->peers_[r], PeerInfo::deserialize(c->bootstrap_->blob(r)));
   }
   c->computeLocality();
   LOOM_TRY(c->buildSystem());
   LOOM_TRY(c->initShm());
+  c->buildTransportTable();
   LOOM_TRY(c->buildPlanner());
   int local = c->localRanks_;
   net::Properties props;
@@ -311,12 +303,15 @@ Result<std::unique_ptr<Comm>> Comm::split(int color, int key, const loomConfig_t
     LOOM_ASSIGN(nc->peers_[r], PeerInfo::deserialize(ms[r].blob));
     nc->peers_[r].topo = peers_[members[r]->oldRank].topo;
   }
-  LOOM_TRY(nb->joinRing(newRank, std::move(ms), Deadline(nc->timeoutMs_), &nc->abort_)
+  LOOM_TRY(nb->joinRing(newRank, std::move(ms), Deadline(nc->timeoutMs_),
+                        nc->failure_.abortFlagMutable())
                .withContext("loomCommSplit joining the new communicator"));
   nc->bootstrap_ = std::move(nb);
+  nc->failure_.setBootstrap(nc->bootstrap_.get());
   nc->computeLocality();
   LOOM_TRY(nc->buildSystem());
   LOOM_TRY(nc->initShm());
+  nc->buildTransportTable();
   LOOM_TRY(nc->buildPlanner());
   LOOM_INFO(kSubInit, "split color {} key {}: rank {} of {} (was rank {} of {})", color, key,
             newRank, nc->nranks_, rank_, nranks_);
@@ -450,7 +445,8 @@ Status Comm::buildPlanner() {
   return Status();
 }
 
-Result<Plan> Comm::planFor(const CollArgs& args, size_t elemSize, const AlgoFilter& filter) {
+Result<std::shared_ptr<const Plan>> Comm::planFor(const CollArgs& args, size_t elemSize,
+                                                  const AlgoFilter& filter) {
   std::string key = fmt::format("{}/{}/{}/{}/{}/{}", static_cast<int>(args.coll), args.count,
                                 elemSize, args.root, args.inPlace ? 1 : 0, filter.spec());
   {
@@ -459,37 +455,84 @@ Result<Plan> Comm::planFor(const CollArgs& args, size_t elemSize, const AlgoFilt
     if (it != planChoices_.end()) return it->second;
   }
   LOOM_ASSIGN(Plan plan, planner_->choose(args, elemSize, filter));
-  if (rank_ == 0 && logEnabled(LogLevel::kInfo, kSubPlan)) {
-    std::string others;
-    for (const PlanCandidate& c : plan.candidates) {
-      if (!c.allowed)
-        others += fmt::format(" {} (excluded)", c.algorithm);
-      else if (c.seconds >= 0)
-        others += fmt::format(" {} {:.1f}", c.algorithm, c.seconds * 1e6);
-    }
-    LOOM_INFO(kSubPlan, "{} count {} x {} B{}: {} by {}, predicted {:.1f} us; candidates (us):{}",
-              collName(args.coll), args.count, elemSize, args.inPlace ? " in place" : "",
-              plan.algorithm, plan.source, plan.predictedSec * 1e6, others);
-  }
+  auto shared = std::make_shared<const Plan>(std::move(plan));
   std::lock_guard<std::mutex> lk(planMu_);
   if (planChoices_.size() > 4096) planChoices_.clear();
-  planChoices_.emplace(key, plan);
-  return plan;
+  planChoices_.emplace(key, shared);
+  return shared;
 }
 
-bool Comm::mappedAttemptDue() {
-  if (mappedSkip_ == 0) return true;
-  --mappedSkip_;
+Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
+  if (algoOverride_) return algoOverride_;
+  static std::mutex mu;
+  static std::string lastSpec;
+  static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
+  std::string spec = params::kAlgo.str();
+  std::lock_guard<std::mutex> lk(mu);
+  if (spec != lastSpec) {
+    LOOM_ASSIGN(AlgoFilter parsed, AlgoFilter::parse(spec));
+    parsed.warnOnce();
+    filter = std::make_shared<const AlgoFilter>(std::move(parsed));
+    lastSpec = spec;
+  }
+  return filter;
+}
+
+DispatchFacts Comm::dispatchFacts(const AlgoFilter* filter, bool explain) {
+  DispatchFacts f;
+  f.nranks = nranks_;
+  f.allLocal = allLocal();
+  f.llMaxBytes = llMax_;
+  // The one pass publishes a 64-byte record in the low-latency buffers (one_pass.cc).
+  f.onePassOn = shm_ && params::kShmMapped.asBool() && shm_->options().llBytes >= 64;
+  f.onePassReach = onePassReach_;
+  f.oneProcess = oneProcess_;
+  f.singleCopy = params::kShmSingleCopy.asInt() >= 1;
+  f.directMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kShmDirectMax.asInt()));
+  f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
+  f.filter = filter;
+  f.explain = explain;
+  if (planner_) f.machine = &planner_->machine();
+  if (planner_ && params::kPlanner.asBool())
+    f.plan = [this](const CollArgs& args, size_t elemSize, const AlgoFilter& fil) {
+      return planFor(args, elemSize, fil);
+    };
+  return f;
+}
+
+Result<Decision> Comm::decide(const CallShape& call, bool explain) {
+  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, algoFilter());
+  const bool log = rank_ == 0 && logEnabled(LogLevel::kInfo, kSubPlan);
+  DispatchFacts f = dispatchFacts(filter.get(), explain);
+  f.detail = log;
+  LOOM_ASSIGN(Decision d, dispatch(call, f));
+  if (log && !explain) {
+    // Once per call shape (and filter): the line the planner's choices are read from.
+    std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", static_cast<int>(call.coll), call.count,
+                                  dataTypeSize(call.dtype), call.root, call.inPlace, call.grouped,
+                                  filter->spec());
+    std::lock_guard<std::mutex> lk(planMu_);
+    if (planLogged_.size() > 4096) planLogged_.clear();
+    if (planLogged_.insert(key).second)
+      LOOM_INFO(kSubPlan, "{} count {} x {} B{}{}: {}", collName(call.coll), call.count,
+                dataTypeSize(call.dtype), call.inPlace ? " in place" : "",
+                call.grouped ? " in a group" : "", describeDecision(d));
+  }
+  return d;
+}
+
+bool Comm::onePassAttemptDue() {
+  if (onePassSkip_ == 0) return true;
+  --onePassSkip_;
   return false;
 }
 
-void Comm::noteMappedAttempt(bool ran) {
-  mappedBackoff_ = ran ? 0 : std::min(256, std::max(1, mappedBackoff_ * 2));
-  mappedSkip_ = mappedBackoff_;
+void Comm::noteOnePassAttempt(bool ran) {
+  onePassBackoff_ = ran ? 0 : std::min(256, std::max(1, onePassBackoff_ * 2));
+  onePassSkip_ = onePassBackoff_;
 }
 
 Status Comm::initShm() {
-  localIndex_.assign(nranks_, -1);
   if (nranks_ < 2) return Status();
   // The ranks of this host, in rank order; the first creates the segment.
   std::vector<int> local;
@@ -535,7 +578,7 @@ Status Comm::initShm() {
       return;
     }
     if (leader) shm::Transport::format(seg.value()->base(), n, opts);
-    auto t = shm::Transport::attach(std::move(seg).value(), me, lp, opts, &abort_);
+    auto t = shm::Transport::attach(std::move(seg).value(), me, lp, opts, failure_.abortFlag());
     if (t.isOk())
       shm_ = std::move(t).value();
     else
@@ -582,7 +625,8 @@ Status Comm::initShm() {
         n, why.empty() ? "another rank of this host could not set it up" : why);
     return Status();
   }
-  for (int i = 0; i < n; ++i) localIndex_[local[i]] = i;
+  onePassReach_ = shm_->everyPairCanReach();
+  oneProcess_ = shm_->allOneProcess();
   llMax_ = std::min(static_cast<size_t>(std::max<int64_t>(0, params::kShmLlMax.asInt())),
                     shm_->options().llBytes);
   LOOM_INFO(kSubShm,
@@ -594,165 +638,32 @@ Status Comm::initShm() {
   return Status();
 }
 
-Result<void*> Comm::sendConn(int peer, int channel) {
-  if (shm_ && channel == 0 && localIndex_[peer] >= 0) return shm_->sendComm(localIndex_[peer]);
-  Connection& c = send_[{peer, channel}];
-  if (c.ready) {
-    if (c.helloReq) {
-      int done = 0;
-      Status st = net_->test(c.helloReq, &done, nullptr);
-      if (!st.isOk()) {
-        c.helloReq = nullptr;
-        return st.withContext("sending hello to " + describe(peer));
-      }
-      if (done) c.helloReq = nullptr;
-    }
-    return c.comm;
-  }
-  if (!c.comm) {
-    LOOM_TRY(net_->connect(0, peers_[peer].netHandle, &c.comm)
-                 .withContext("connecting to " + describe(peer)));
-    if (!c.comm) return static_cast<void*>(nullptr);
-    LOOM_TRACE(kSubNet, "connected to {} channel {}", describe(peer), channel);
-  }
-  fillHello(c.hello, rank_, channel, secret_);
-  void* req = nullptr;
-  LOOM_TRY(net_->isend(c.comm, c.hello, kHelloBytes, kHelloTag, nullptr, &req));
-  if (!req) return static_cast<void*>(nullptr);
-  c.helloReq = req;
-  c.ready = true;
-  return c.comm;
-}
-
-Status Comm::acceptPending() {
-  if (!listenComm_) return LOOM_ERROR(kRemote, "the communicator's listener is closed (it failed)");
-  while (true) {
-    void* rc = nullptr;
-    LOOM_TRY(net_->accept(listenComm_, &rc).withContext("accepting a connection"));
-    if (!rc) break;
-    auto p = std::make_unique<Pending>();
-    p->comm = rc;
-    p->req = nullptr;
-    pendingAccepts_.push_back(std::move(p));
-  }
-  for (size_t i = 0; i < pendingAccepts_.size();) {
-    Pending& p = *pendingAccepts_[i];
-    bool drop = false;
-    if (!p.req) {
-      void* buf = p.hello;
-      size_t size = kHelloBytes;
-      int tag = kHelloTag;
-      Status st = net_->irecv(p.comm, 1, &buf, &size, &tag, nullptr, &p.req);
-      if (!st.isOk()) drop = true;
-    }
-    if (!drop && p.req) {
-      int done = 0;
-      size_t got = 0;
-      Status st = net_->test(p.req, &done, &got);
-      if (!st.isOk()) {
-        LOOM_WARN("dropping an incoming connection that failed before identifying itself: {}",
-                  st.message());
-        drop = true;
-      } else if (done) {
-        uint32_t magic, r, ch;
-        uint64_t secret;
-        std::memcpy(&magic, p.hello, 4);
-        std::memcpy(&r, p.hello + 4, 4);
-        std::memcpy(&ch, p.hello + 8, 4);
-        std::memcpy(&secret, p.hello + 16, 8);
-        if (got != kHelloBytes || magic != kHelloMagic || secret != secret_ ||
-            static_cast<int>(r) >= nranks_ ||
-            recv_.count({static_cast<int>(r), static_cast<int>(ch)})) {
-          LOOM_WARN(
-              "dropping an incoming connection with a bad hello (not a rank of this communicator)");
-          drop = true;
-        } else {
-          Connection& c = recv_[{static_cast<int>(r), static_cast<int>(ch)}];
-          c.comm = p.comm;
-          c.ready = true;
-          LOOM_TRACE(kSubNet, "accepted {} channel {}", describe(static_cast<int>(r)), ch);
-          pendingAccepts_.erase(pendingAccepts_.begin() + i);
-          continue;
-        }
-      }
-    }
-    if (drop) {
-      (void)net_->closeRecv(p.comm);
-      pendingAccepts_.erase(pendingAccepts_.begin() + i);
-      continue;
-    }
-    ++i;
-  }
-  return Status();
-}
-
-Result<void*> Comm::recvConn(int peer, int channel) {
-  if (shm_ && channel == 0 && localIndex_[peer] >= 0) return shm_->recvComm(localIndex_[peer]);
-  auto it = recv_.find({peer, channel});
-  if (it != recv_.end() && it->second.ready) return it->second.comm;
-  LOOM_TRY(acceptPending());
-  it = recv_.find({peer, channel});
-  if (it != recv_.end() && it->second.ready) return it->second.comm;
-  return static_cast<void*>(nullptr);
-}
-
-void Comm::closeConnections() {
-  if (!net_) return;
-  // The transport handles are made per connection and must go before it closes.
-  releaseNetHandles();
-  for (auto& [k, c] : send_)
-    if (c.comm) (void)net_->closeSend(c.comm);
-  for (auto& [k, c] : recv_)
-    if (c.comm) (void)net_->closeRecv(c.comm);
-  for (auto& p : pendingAccepts_) (void)net_->closeRecv(p->comm);
-  send_.clear();
-  recv_.clear();
-  pendingAccepts_.clear();
+void Comm::buildTransportTable() {
+  std::vector<net::Handle> handles;
+  for (const PeerInfo& p : peers_) handles.push_back(p.netHandle);
+  connections_.setPeers(rank_, nranks_, secret_, std::move(handles),
+                        [this](int r) { return describe(r); });
+  std::vector<net::Transport*> offered = {net_};
+  if (shm_) offered.push_back(shm_.get());
+  connections_.buildTable(offered, rankLayout_ ? rankLayout_->channels() : 1);
 }
 
 void Comm::fail(const Status& st) {
-  {
-    std::lock_guard<std::mutex> lk(errMu_);
-    if (error_.isOk()) error_ = st;
-  }
-  failed_.store(true, std::memory_order_release);
+  failure_.record(st);
   if (shm_) shm_->setState(shm::PeerState::kFailed);
   // Tell the other ranks first (over the bootstrap ring: it reaches ranks that share no data
   // connection with this one), then close the data connections so that peers blocked on them
   // fail at once.
-  if (bootstrap_ && st.code() != Code::kAborted)
-    bootstrap_->reportFailure(
-        Status(st.code(), fmt::format("rank {} failed: {}", rank_, st.message())));
-  closeConnections();
-  if (listenComm_ && net_) {
-    (void)net_->closeListen(listenComm_);
-    listenComm_ = nullptr;
-  }
-}
-
-Status Comm::pollRemoteFailure() {
-  if (!bootstrap_) return Status();
-  int64_t now = nowNs();
-  if (now - lastFailurePoll_ < 10 * 1000000) return Status();
-  lastFailurePoll_ = now;
-  return bootstrap_->pollFailure();
-}
-
-Status Comm::awaitRemoteFailure(int ms) {
-  if (!bootstrap_) return Status();
-  Deadline d(ms);
-  for (;;) {
-    Status st = bootstrap_->pollFailure();
-    if (!st.isOk() || d.expired()) return st;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  failure_.report(rank_, st);
+  registrations_.releaseHandles();
+  connections_.close(/*listener=*/true);
 }
 
 bool Comm::isClosedPeer(const Status& st) { return st.cause() == Cause::kPeerGone; }
 
 std::string Comm::closedPeerHint() {
   // The rank that closed may have failed because of another one: its report names the cause.
-  Status remote = awaitRemoteFailure(250);
+  Status remote = failure_.awaitRemote(250);
   std::string dead = deadPeers();
   if (!remote.isOk()) return "; " + remote.message() + (dead.empty() ? "" : "; " + dead);
   return dead.empty() ? " (that rank failed, was killed or aborted)" : "; " + dead;
@@ -761,155 +672,6 @@ std::string Comm::closedPeerHint() {
 Status Comm::explainLocalWait(Status st, const std::string& what) {
   if (isClosedPeer(st)) st = st.rewritten(st.code(), st.message() + closedPeerHint());
   return st.withContext(what);
-}
-
-Status Comm::asyncError() const {
-  if (!failed_.load(std::memory_order_acquire)) return Status();
-  std::lock_guard<std::mutex> lk(errMu_);
-  return error_;
-}
-
-void Comm::requestAbort() {
-  abort_.store(true, std::memory_order_release);
-  if (bootstrap_) bootstrap_->abort();
-}
-
-char* Comm::scratch(size_t bytes) {
-  if (bytes > scratchBytes_) {
-    if (scratchRegId_ != 0) {
-      std::lock_guard<std::mutex> lk(regMu_);
-      dropRegistrationLocked(scratchRegId_);
-      scratchRegId_ = 0;
-    }
-    scratchMem_.reset(new char[bytes + 64]);
-    scratchAligned_ = reinterpret_cast<char*>(
-        (reinterpret_cast<uintptr_t>(scratchMem_.get()) + 63) & ~uintptr_t(63));
-    scratchBytes_ = bytes;
-    scratchRegId_ = addRegistration(reinterpret_cast<uintptr_t>(scratchAligned_), bytes, true);
-  }
-  return scratchAligned_;
-}
-
-namespace {
-
-// Handles are numbers from one counter for the whole process: a handle of another communicator,
-// or one already deregistered, is never mistaken for a live registration of this one.
-std::atomic<uint64_t> gNextRegistrationId{1};
-
-constexpr size_t kDeregisteredRemembered = 4096;
-
-}  // namespace
-
-uint64_t Comm::addRegistration(uintptr_t begin, size_t size, bool internal) {
-  auto r = std::make_unique<Registration>();
-  r->internal = internal;
-  r->id = gNextRegistrationId.fetch_add(1, std::memory_order_relaxed);
-  r->begin = begin;
-  r->end = begin + size;
-  uint64_t id = r->id;
-  std::lock_guard<std::mutex> lk(regMu_);
-  regMaxLen_ = std::max(regMaxLen_, size);
-  regById_[id] = r.get();
-  regs_.emplace(begin, std::move(r));
-  return id;
-}
-
-bool Comm::dropRegistrationLocked(uint64_t id) {
-  auto byId = regById_.find(id);
-  if (byId == regById_.end()) return false;
-  Registration* r = byId->second;
-  releaseHandlesLocked(r);
-  auto range = regs_.equal_range(r->begin);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.get() == r) {
-      regs_.erase(it);
-      break;
-    }
-  }
-  regById_.erase(byId);
-  if (regs_.empty()) regMaxLen_ = 0;
-  return true;
-}
-
-Result<void*> Comm::registerBuffer(void* buff, size_t size) {
-  uintptr_t b = reinterpret_cast<uintptr_t>(buff);
-  if (b + size < b)
-    return LOOM_ERROR(kInvalidArgument, "buffer of {} bytes at {} wraps around the address space",
-                      size, buff);
-  uint64_t id = addRegistration(b, size, false);
-  LOOM_TRACE(kSubNet, "registered {} bytes at {} (handle {})", size, buff, id);
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(id));
-}
-
-Status Comm::deregisterBuffer(void* handle) {
-  uint64_t id = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle));
-  std::lock_guard<std::mutex> lk(regMu_);
-  auto it = regById_.find(id);
-  if (it == regById_.end() || it->second->internal || !dropRegistrationLocked(id)) {
-    if (deregistered_.count(id))
-      return LOOM_ERROR(kInvalidArgument, "handle {} was deregistered already", handle);
-    return LOOM_ERROR(kInvalidArgument,
-                      "handle {} is not a registration of this communicator (not from "
-                      "loomCommRegister on it, or deregistered long ago)",
-                      handle);
-  }
-  if (deregistered_.size() >= kDeregisteredRemembered) deregistered_.erase(deregistered_.begin());
-  deregistered_.insert(id);
-  return Status();
-}
-
-void* Comm::netMemHandle(void* conn, const void* p, size_t n) {
-  if (!p || n == 0 || !net_) return nullptr;
-  uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + n;
-  std::lock_guard<std::mutex> lk(regMu_);
-  if (regs_.empty()) return nullptr;
-  // The registrations that begin at or before b, nearest first; none that begins before
-  // e - regMaxLen_ can reach e.
-  Registration* found = nullptr;
-  for (auto it = regs_.upper_bound(b); it != regs_.begin();) {
-    --it;
-    if (it->first + regMaxLen_ < e) break;
-    if (it->second->end >= e) {
-      found = it->second.get();
-      break;
-    }
-  }
-  if (!found) return nullptr;
-  auto h = found->mhandles.find(conn);
-  if (h != found->mhandles.end()) return h->second;
-  void* mh = nullptr;
-  Status st = net_->regMr(conn, reinterpret_cast<void*>(found->begin), found->end - found->begin,
-                          net::kPtrHost, &mh);
-  if (!st.isOk()) {
-    mh = nullptr;
-    if (!found->warned)
-      LOOM_WARN(
-          "registering {} bytes at {:#x} with {} failed ({}); that buffer is registered per "
-          "message instead",
-          found->end - found->begin, found->begin, net_->name(), st.message());
-    found->warned = true;
-  }
-  found->mhandles.emplace(conn, mh);
-  return mh;
-}
-
-size_t Comm::registrationCount() const {
-  std::lock_guard<std::mutex> lk(regMu_);
-  return regs_.size();
-}
-
-void Comm::releaseHandlesLocked(Registration* r) {
-  for (auto& [conn, mh] : r->mhandles) {
-    if (!mh) continue;
-    Status st = net_->deregMr(conn, mh);
-    if (!st.isOk()) LOOM_WARN("deregistering a buffer from {}: {}", net_->name(), st.message());
-  }
-  r->mhandles.clear();
-}
-
-void Comm::releaseNetHandles() {
-  std::lock_guard<std::mutex> lk(regMu_);
-  for (auto& [begin, r] : regs_) releaseHandlesLocked(r.get());
 }
 
 }  // namespace loom

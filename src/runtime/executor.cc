@@ -7,7 +7,6 @@
 #include <deque>
 #include <map>
 
-#include "algorithms/algo_filter.h"
 #include "src/core/clock.h"
 #include "src/core/dtype.h"
 #include "src/core/hash.h"
@@ -16,14 +15,12 @@
 #include "src/core/process.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
-#include "src/runtime/low_latency.h"
-#include "src/runtime/shared_direct.h"
 
 namespace loom {
 
 namespace {
 
-constexpr size_t kPlanCacheSize = 64;
+constexpr size_t kScheduleCacheSize = 64;
 
 constexpr int kP2pTag = 0x7fff0001;
 
@@ -33,9 +30,7 @@ constexpr int64_t kMixedWaitUs = 50;
 }  // namespace
 
 uint64_t opSignature(const OpArgs& op) {
-  bool reduces = op.coll == CollKind::kAllReduce || op.coll == CollKind::kReduce ||
-                 op.coll == CollKind::kReduceScatter;
-  bool rooted = op.coll == CollKind::kBroadcast || op.coll == CollKind::kReduce;
+  const bool reduces = collReduces(op.coll), rooted = collRooted(op.coll);
   return Fnv64()
       .mix(static_cast<uint64_t>(op.coll))
       .mix(op.count)
@@ -59,81 +54,22 @@ int opTag(const OpArgs& op, const std::string& algorithm, uint64_t layoutId) {
 
 }  // namespace
 
-// Until the planner exists: communicators whose ranks all share a host use the direct algorithms
-// up to LOOM_SHM_DIRECT_MAX (one hop, read straight from the peers' buffers); otherwise small
-// AllReduces use recursive doubling (log2 n exchanges instead of the ring's 2(n-1) steps) and the
-// rest the generator registered first for the collective. Every rank derives the same choice from
-// the same arguments and parameters; the choice is part of the message tag, so ranks configured
-// differently fail with a mismatch instead of hanging.
-static std::string defaultChoice(const OpArgs& op, int nranks, bool allLocal) {
-  size_t bytes = op.count * dataTypeSize(op.dtype);
-  if (allLocal && nranks > 1 && bytes <= static_cast<size_t>(params::kShmDirectMax.asInt()) &&
-      findAlgorithm(op.coll, "direct"))
-    return "direct";
-  if (op.coll == CollKind::kAllReduce && nranks > 1 &&
-      bytes <= static_cast<size_t>(params::kAllReduceRdMax.asInt()))
-    return "rd";
-  const AlgorithmInfo* a = defaultAlgorithm(op.coll);
-  return a ? a->name : "";
-}
-
-// loomCommSetAlgo's filter, else LOOM_ALGO's, parsed once per distinct value.
-Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm) {
-  if (comm.algoOverride()) return comm.algoOverride();
-  static std::mutex mu;
-  static std::string lastSpec;
-  static std::shared_ptr<const AlgoFilter> filter = std::make_shared<const AlgoFilter>();
-  std::string spec = params::kAlgo.str();
-  std::shared_ptr<const AlgoFilter> f;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (spec != lastSpec) {
-      LOOM_ASSIGN(AlgoFilter parsed, AlgoFilter::parse(spec));
-      parsed.warnOnce();
-      filter = std::make_shared<const AlgoFilter>(std::move(parsed));
-      lastSpec = spec;
-    }
-    f = filter;
-  }
-  return f;
-}
-
-Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op) {
-  if (op.coll == CollKind::kSendRecv) return std::string("p2p");
-  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> f, currentAlgoFilter(comm));
-  if (!params::kPlanner.asBool() || !comm.planner() || comm.nranks() < 2)
-    return f->choose(op.coll, defaultChoice(op, comm.nranks(), comm.allLocal()));
-  LOOM_ASSIGN(Plan plan, comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f));
-  return plan.algorithm;
-}
-
-CollArgs planArgsOf(const Comm& comm, const OpArgs& op) {
-  CollArgs a;
-  a.coll = op.coll;
-  a.nranks = comm.nranks();
-  a.count = op.count;
-  a.root = op.root;
-  // A Broadcast or Reduce is in place or not on its root only (the other ranks pass no buffer to
-  // compare): priced as out of place everywhere, so that every rank makes the same choice.
-  a.inPlace = op.inPlace && op.coll != CollKind::kBroadcast && op.coll != CollKind::kReduce;
-  return a;
-}
-
 namespace {
 
 // The layout's hash is part of the key: plans built for different hosts or ring orders differ.
-std::string planKey(const OpArgs& op, size_t pieceElems, const std::string& algo,
-                    const RankLayout* layout) {
+std::string scheduleKey(const OpArgs& op, size_t pieceElems, const std::string& algo,
+                        const RankLayout* layout) {
   return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{:x}", static_cast<int>(op.coll), op.count,
                      dataTypeSize(op.dtype), op.root, op.peer, op.isSend, op.inPlace, pieceElems,
                      algo, layout ? layout->hash() : 0);
 }
 
-Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int nranks,
-                                               std::shared_ptr<const RankLayout> layout,
-                                               size_t pieceElems, const std::string& algoName) {
-  auto plan = std::make_shared<LoweredPlan>();
-  CollArgs& a = plan->args;
+Result<std::shared_ptr<CompiledSchedule>> compileSchedule(const OpArgs& op, int rank, int nranks,
+                                                          std::shared_ptr<const RankLayout> layout,
+                                                          size_t pieceElems,
+                                                          const std::string& algoName) {
+  auto sched = std::make_shared<CompiledSchedule>();
+  CollArgs& a = sched->args;
   a.coll = op.coll;
   a.nranks = nranks;
   a.count = op.count;
@@ -145,7 +81,7 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
   a.layout = std::move(layout);
   RankSchedule rs;
   if (op.coll == CollKind::kSendRecv) {
-    plan->algorithm = "p2p";
+    sched->algorithm = "p2p";
     Step s;
     s.kind = op.isSend ? StepKind::kSend : StepKind::kRecv;
     s.peer = op.peer;
@@ -153,22 +89,22 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
     s.dst = {BufKind::kOutput, 0};
     s.count = op.count;
     if (op.count > 0) rs.steps.push_back(s);
-    plan->layout.inputCount = op.isSend ? op.count : 0;
-    plan->layout.outputCount = op.isSend ? 0 : op.count;
+    sched->layout.inputCount = op.isSend ? op.count : 0;
+    sched->layout.outputCount = op.isSend ? 0 : op.count;
   } else {
     const AlgorithmInfo* algo = findAlgorithm(op.coll, algoName);
     if (!algo) return LOOM_ERROR(kInternal, "no algorithm {} for {}", algoName, collName(op.coll));
-    plan->algorithm = algo->name;
+    sched->algorithm = algo->name;
     rs = algo->generate(a, rank);
-    plan->layout = bufferLayout(a, rank);
+    sched->layout = bufferLayout(a, rank);
   }
-  plan->lowered = lowerSchedule(rs, plan->layout, pieceElems);
-  const auto& pieces = plan->lowered.pieces;
+  sched->lowered = lowerSchedule(rs, sched->layout, pieceElems);
+  const auto& pieces = sched->lowered.pieces;
   size_t n = pieces.size();
-  plan->depCount.resize(n);
+  sched->depCount.resize(n);
   std::vector<uint32_t> outDegree(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    plan->depCount[i] = static_cast<uint32_t>(pieces[i].deps.size());
+    sched->depCount[i] = static_cast<uint32_t>(pieces[i].deps.size());
     for (uint32_t d : pieces[i].deps) {
       if (d >= i) return LOOM_ERROR(kInternal, "piece {} depends on later piece {}", i, d);
       ++outDegree[d];
@@ -180,24 +116,24 @@ Result<std::shared_ptr<LoweredPlan>> buildPlan(const OpArgs& op, int rank, int n
       bool usesDst = s.kind != StepKind::kSend;
       return (readsSrc && s.src.buf == b) || (usesDst && s.dst.buf == b);
     };
-    plan->touchesInput |= touches(BufKind::kInput);
-    plan->touchesOutput |= touches(BufKind::kOutput);
+    sched->touchesInput |= touches(BufKind::kInput);
+    sched->touchesOutput |= touches(BufKind::kOutput);
   }
-  plan->dependentsStart.assign(n + 1, 0);
+  sched->dependentsStart.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i)
-    plan->dependentsStart[i + 1] = plan->dependentsStart[i] + outDegree[i];
-  plan->dependents.resize(plan->dependentsStart[n]);
-  std::vector<uint32_t> fill(plan->dependentsStart.begin(), plan->dependentsStart.end() - 1);
+    sched->dependentsStart[i + 1] = sched->dependentsStart[i] + outDegree[i];
+  sched->dependents.resize(sched->dependentsStart[n]);
+  std::vector<uint32_t> fill(sched->dependentsStart.begin(), sched->dependentsStart.end() - 1);
   for (size_t i = 0; i < n; ++i)
-    for (uint32_t d : pieces[i].deps) plan->dependents[fill[d]++] = static_cast<uint32_t>(i);
-  return plan;
+    for (uint32_t d : pieces[i].deps) sched->dependents[fill[d]++] = static_cast<uint32_t>(i);
+  return sched;
 }
 
 // One operation being executed.
 struct Run {
   Comm* comm = nullptr;
   OpArgs args;
-  std::shared_ptr<const LoweredPlan> plan;
+  std::shared_ptr<const CompiledSchedule> sched;
   size_t elemSize = 0;
   int tag = 0;
   char* base[3] = {nullptr, nullptr, nullptr};  // indexed by BufKind
@@ -242,7 +178,7 @@ bool isNet(StepKind k) {
 }
 
 std::string pieceWhat(const Run& run, uint32_t p) {
-  const Step& s = run.plan->lowered.pieces[p].step;
+  const Step& s = run.sched->lowered.pieces[p].step;
   return fmt::format("{} {} of {} elements {} rank {}", collName(run.args.coll),
                      stepKindName(s.kind), s.count, s.kind == StepKind::kSend ? "to" : "from",
                      s.peer);
@@ -262,7 +198,7 @@ class Executor {
     bool yield = false;
     for (auto& cr : commRuns_) {
       spinNs = std::max(spinNs, cr.comm->spinNs());
-      yield |= cr.comm->yieldWhenIdle() || !cr.comm->shm();
+      yield |= cr.comm->yieldWhileWaiting();
     }
     while (true) {
       bool all = true, progressed = false;
@@ -338,10 +274,10 @@ class Executor {
       r.args = ops_[i].args;
       r.elemSize = dataTypeSize(r.args.dtype);
       size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
-      LOOM_ASSIGN(std::string algo, chooseAlgorithm(*r.comm, r.args));
-      LOOM_ASSIGN(r.plan, r.comm->plans().get(r.args, r.comm->rank(), r.comm->nranks(),
-                                              r.comm->rankLayout(), algo, pieceBytes));
-      r.tag = opTag(r.args, r.plan->algorithm, layoutHash(r.plan->args));
+      LOOM_ASSIGN(r.sched,
+                  r.comm->schedules().get(r.args, r.comm->rank(), r.comm->nranks(),
+                                          r.comm->rankLayout(), ops_[i].algorithm, pieceBytes));
+      r.tag = opTag(r.args, r.sched->algorithm, layoutHash(r.sched->args));
     }
     for (auto& r : runs_) {
       if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
@@ -362,10 +298,10 @@ class Executor {
       scratchUsed[c] += scratchBytesOf(r);
       bind(r, mem);
       CommRun& cr = commRuns_[c];
-      size_t n = r.plan->lowered.pieces.size();
-      r.remaining = r.plan->depCount;
+      size_t n = r.sched->lowered.pieces.size();
+      r.remaining = r.sched->depCount;
       for (uint32_t p = 0; p < n; ++p) {
-        const Step& s = r.plan->lowered.pieces[p].step;
+        const Step& s = r.sched->lowered.pieces[p].step;
         if (isNet(s.kind)) {
           cr.queues[QueueKey(s.peer, s.channel, s.kind == StepKind::kSend)].emplace_back(&r, p);
         } else if (r.remaining[p] == 0) {
@@ -377,27 +313,27 @@ class Executor {
     for (auto& cr : commRuns_)
       if (cr.pendingRuns == 0) cr.finished = true;
     for (auto& r : runs_)
-      if (r.plan->lowered.pieces.empty()) finishRun(r);
+      if (r.sched->lowered.pieces.empty()) finishRun(r);
     return Status();
   }
 
   static size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
 
   size_t scratchBytesOf(const Run& r) const {
-    const auto& lw = r.plan->lowered;
+    const auto& lw = r.sched->lowered;
     size_t bytes = align64(lw.scratchCount * r.elemSize) + align64(lw.stagingCount * r.elemSize);
     // A NULL buffer that the API allows (non-root Reduce output, non-root Broadcast input) gets a
     // harmless stand-in so that no schedule can dereference it.
-    if (!r.args.recvbuff && r.plan->touchesOutput)
-      bytes += align64(r.plan->layout.outputCount * r.elemSize);
-    if (!r.args.sendbuff && r.plan->touchesInput)
-      bytes += align64(r.plan->layout.inputCount * r.elemSize);
+    if (!r.args.recvbuff && r.sched->touchesOutput)
+      bytes += align64(r.sched->layout.outputCount * r.elemSize);
+    if (!r.args.sendbuff && r.sched->touchesInput)
+      bytes += align64(r.sched->layout.inputCount * r.elemSize);
     if (!r.blockers.empty()) bytes += align64(r.args.count * r.elemSize);
     return bytes;
   }
 
   void bind(Run& r, char* mem) {
-    const auto& lw = r.plan->lowered;
+    const auto& lw = r.sched->lowered;
     r.base[static_cast<int>(BufKind::kInput)] =
         const_cast<char*>(static_cast<const char*>(r.args.sendbuff));
     r.base[static_cast<int>(BufKind::kOutput)] = static_cast<char*>(r.args.recvbuff);
@@ -405,14 +341,14 @@ class Executor {
     mem += align64(lw.scratchCount * r.elemSize);
     r.staging = mem;
     mem += align64(lw.stagingCount * r.elemSize);
-    if (!r.args.recvbuff && r.plan->touchesOutput) {
+    if (!r.args.recvbuff && r.sched->touchesOutput) {
       r.base[static_cast<int>(BufKind::kOutput)] = mem;
-      mem += align64(r.plan->layout.outputCount * r.elemSize);
+      mem += align64(r.sched->layout.outputCount * r.elemSize);
     }
-    if (!r.args.sendbuff && r.plan->touchesInput) {
+    if (!r.args.sendbuff && r.sched->touchesInput) {
       r.base[static_cast<int>(BufKind::kInput)] = mem;
-      std::memset(mem, 0, r.plan->layout.inputCount * r.elemSize);
-      mem += align64(r.plan->layout.inputCount * r.elemSize);
+      std::memset(mem, 0, r.sched->layout.inputCount * r.elemSize);
+      mem += align64(r.sched->layout.inputCount * r.elemSize);
     }
     if (!r.blockers.empty()) {
       r.stagedDst = r.base[static_cast<int>(BufKind::kOutput)];
@@ -431,23 +367,22 @@ class Executor {
       while (!q.empty()) {
         auto [run, p] = q.front();
         if (run->remaining[p] != 0) break;
-        const Piece& pc = run->plan->lowered.pieces[p];
+        const Piece& pc = run->sched->lowered.pieces[p];
         const Step& s = pc.step;
         void* req = nullptr;
         size_t bytes = s.count * run->elemSize;
         net::Transport* t = comm->transportFor(s.peer, s.channel);
         bool fused = false;
         if (s.kind == StepKind::kSend) {
-          LOOM_ASSIGN(void* sc, comm->sendConn(s.peer, s.channel));
+          LOOM_ASSIGN(void* sc, comm->connections().sendConn(s.peer, s.channel));
           if (!sc) break;
           // Registered memory (loomCommRegister, or the scratch block) goes with its handle;
-          // the network transport registers anything else per message.
-          void* mh =
-              t == comm->transport() ? comm->netMemHandle(sc, run->ptr(s.src), bytes) : nullptr;
+          // a transport that registers memory registers anything else per message.
+          void* mh = comm->memHandle(t, sc, run->ptr(s.src), bytes);
           Status st = t->isend(sc, run->ptr(s.src), bytes, run->tag, mh, &req);
           if (!st.isOk()) return peerError(*run, p, st);
         } else {
-          LOOM_ASSIGN(void* rc, comm->recvConn(s.peer, s.channel));
+          LOOM_ASSIGN(void* rc, comm->connections().recvConn(s.peer, s.channel));
           if (!rc) break;
           Status st;
           if (s.kind == StepKind::kRecvReduce && t->supportsRecvReduce()) {
@@ -458,7 +393,7 @@ class Executor {
             void* dst = s.kind == StepKind::kRecv ? run->ptr(s.dst)
                                                   : run->staging + pc.stagingOffset * run->elemSize;
             int tag = run->tag;
-            void* mh = t == comm->transport() ? comm->netMemHandle(rc, dst, bytes) : nullptr;
+            void* mh = comm->memHandle(t, rc, dst, bytes);
             st = t->irecv(rc, 1, &dst, &bytes, &tag, mh ? &mh : nullptr, &req);
           }
           if (!st.isOk()) return peerError(*run, p, st);
@@ -475,7 +410,7 @@ class Executor {
       while (!r.readyLocal.empty()) {
         uint32_t p = r.readyLocal.back();
         r.readyLocal.pop_back();
-        const Step& s = r.plan->lowered.pieces[p].step;
+        const Step& s = r.sched->lowered.pieces[p].step;
         if (s.kind == StepKind::kCopy) {
           std::memmove(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize);
         } else {
@@ -504,7 +439,7 @@ class Executor {
       uint32_t p = f.piece;
       bool fusedDone = f.fused;
       cr.inflight.erase(cr.inflight.begin() + i);
-      const Piece& pc = r.plan->lowered.pieces[p];
+      const Piece& pc = r.sched->lowered.pieces[p];
       const Step& s = pc.step;
       if (s.kind != StepKind::kSend) {
         size_t want = s.count * r.elemSize;
@@ -525,13 +460,13 @@ class Executor {
   }
 
   void complete(Run& r, uint32_t p) {
-    const auto& plan = *r.plan;
-    for (uint32_t k = plan.dependentsStart[p]; k < plan.dependentsStart[p + 1]; ++k) {
-      uint32_t d = plan.dependents[k];
-      if (--r.remaining[d] == 0 && !isNet(plan.lowered.pieces[d].step.kind))
+    const auto& sched = *r.sched;
+    for (uint32_t k = sched.dependentsStart[p]; k < sched.dependentsStart[p + 1]; ++k) {
+      uint32_t d = sched.dependents[k];
+      if (--r.remaining[d] == 0 && !isNet(sched.lowered.pieces[d].step.kind))
         r.readyLocal.push_back(d);
     }
-    if (++r.done == plan.lowered.pieces.size()) finishRun(r);
+    if (++r.done == sched.lowered.pieces.size()) finishRun(r);
   }
 
   void finishRun(Run& r) {
@@ -547,11 +482,9 @@ class Executor {
     }
     r.finished = true;
     if (r.args.op == loomAvg && r.comm->nranks() > 1) {
-      bool reduces = r.args.coll == CollKind::kAllReduce ||
-                     r.args.coll == CollKind::kReduceScatter ||
-                     (r.args.coll == CollKind::kReduce && r.args.root == r.comm->rank());
-      if (reduces) {
-        size_t n = r.plan->layout.outputCount;
+      if (collReduces(r.args.coll) &&
+          collUsesOutput(r.args.coll, r.comm->rank(), r.args.root, r.args.isSend)) {
+        size_t n = r.sched->layout.outputCount;
         finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype,
                       r.comm->nranks());
       }
@@ -566,7 +499,7 @@ class Executor {
   }
 
   Status peerError(const Run& r, uint32_t p, const Status& st) {
-    const Step& s = r.plan->lowered.pieces[p].step;
+    const Step& s = r.sched->lowered.pieces[p].step;
     std::string hint;
     const std::string& m = st.message();
     if (Comm::isClosedPeer(st)) {
@@ -602,43 +535,46 @@ class Executor {
   }
 
   // Sleeps until a transport may progress. With requests on one transport only, that
-  // transport's wait; with several (shared memory and sockets), the network's, briefly, so that
-  // neither starves. A transport is only ever given its own requests (waitActivity reads them as
-  // its request type): channels other than 0 go over the network even between local ranks
-  // (Comm::transportFor), so one run can have requests in flight on both.
+  // transport's wait. With several (the transport table may give one peer's channels to different
+  // transports), a brief nap on one that can be woken at once (napUs: a doorbell a peer rings),
+  // then a look at the others again soon; sleeping in poll() instead would miss a doorbell for up
+  // to a millisecond per step.
+  // A transport is only ever given its own requests (waitActivity reads them as its request type).
+  // Connections not yet made go through the network transport's listener.
   void wait() {
-    std::vector<void*> netReqs;
-    std::vector<void*> otherReqs;
+    std::vector<std::pair<net::Transport*, std::vector<void*>>> byTransport;
     void* listen = nullptr;
-    net::Transport* net = nullptr;
-    net::Transport* other = nullptr;
-    shm::Transport* mixedShm = nullptr;
+    net::Transport* network = nullptr;
     for (auto& cr : commRuns_) {
       if (cr.finished) continue;
-      if (!mixedShm) mixedShm = cr.comm->shm();
       for (auto& f : cr.inflight) {
-        if (f.transport == cr.comm->transport()) {
-          net = f.transport;
-          netReqs.push_back(f.request);
-        } else {
-          other = f.transport;
-          otherReqs.push_back(f.request);
+        auto it = std::find_if(byTransport.begin(), byTransport.end(),
+                               [&](const auto& e) { return e.first == f.transport; });
+        if (it == byTransport.end()) {
+          byTransport.emplace_back(f.transport, std::vector<void*>());
+          it = byTransport.end() - 1;
         }
+        it->second.push_back(f.request);
       }
-      if (!listen) listen = cr.comm->listenComm();
-      // Connections not yet made go through the network transport's listener.
-      if (!cr.queues.empty() && !net && !other) net = cr.comm->transport();
+      if (!network) {
+        network = cr.comm->transport();
+        listen = cr.comm->connections().listenComm();
+      }
     }
-    if (other && !net) {
-      other->waitActivity(otherReqs.data(), static_cast<int>(otherReqs.size()), nullptr, 2);
-    } else if (net && other && other == mixedShm) {
-      // Both in flight: nap briefly on the shared-memory doorbell (which a peer rings at once),
-      // and look at the sockets again soon. Sleeping in poll() instead would miss shared-memory
-      // arrivals for up to a millisecond, a millisecond per step of a schedule that mixes them.
-      mixedShm->waitActivityUs(kMixedWaitUs);
-    } else if (net) {
-      net->waitActivity(netReqs.data(), static_cast<int>(netReqs.size()), listen, other ? 1 : 2);
+    if (byTransport.size() > 1)
+      for (auto& [t, reqs] : byTransport)
+        if (t->napUs(kMixedWaitUs)) return;
+    if (byTransport.size() == 1 && byTransport[0].first != network) {
+      auto& [t, reqs] = byTransport[0];
+      t->waitActivity(reqs.data(), static_cast<int>(reqs.size()), nullptr, 2);
+      return;
     }
+    if (!network) return;
+    std::vector<void*> reqs;
+    for (auto& [t, r] : byTransport)
+      if (t == network) reqs = r;
+    network->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen,
+                          byTransport.size() > 1 ? 1 : 2);
   }
 
   const std::vector<QueuedOp>& ops_;
@@ -648,12 +584,12 @@ class Executor {
 
 }  // namespace
 
-Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(
+Result<std::shared_ptr<const CompiledSchedule>> ScheduleCache::get(
     const OpArgs& op, int rank, int nranks, const std::shared_ptr<const RankLayout>& layout,
     const std::string& algo, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  std::string key = planKey(op, pieceElems, algo, layout.get());
+  std::string key = scheduleKey(op, pieceElems, algo, layout.get());
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = index_.find(key);
@@ -662,20 +598,20 @@ Result<std::shared_ptr<const LoweredPlan>> PlanCache::get(
       return it->second->second;
     }
   }
-  LOOM_ASSIGN(std::shared_ptr<LoweredPlan> plan,
-              buildPlan(op, rank, nranks, layout, pieceElems, algo));
+  LOOM_ASSIGN(std::shared_ptr<CompiledSchedule> sched,
+              compileSchedule(op, rank, nranks, layout, pieceElems, algo));
   LOOM_INFO(kSubPlan, "{} count {} {} {}: algorithm {}, {} pieces, staging {} elements",
             collName(op.coll), op.count, dataTypeName(op.dtype),
-            op.inPlace ? "in place" : "out of place", plan->algorithm, plan->lowered.pieces.size(),
-            plan->lowered.stagingCount);
+            op.inPlace ? "in place" : "out of place", sched->algorithm,
+            sched->lowered.pieces.size(), sched->lowered.stagingCount);
   std::lock_guard<std::mutex> lk(mu_);
-  lru_.emplace_front(key, plan);
+  lru_.emplace_front(key, sched);
   index_[key] = lru_.begin();
-  if (lru_.size() > kPlanCacheSize) {
+  if (lru_.size() > kScheduleCacheSize) {
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  return std::shared_ptr<const LoweredPlan>(plan);
+  return std::shared_ptr<const CompiledSchedule>(sched);
 }
 
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {
@@ -685,18 +621,6 @@ bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {
 
 Status executeOps(const std::vector<QueuedOp>& ops) {
   if (ops.empty()) return Status();
-  if (ops.size() == 1 && lowLatencyEligible(*ops[0].comm, ops[0].args))
-    return runLowLatency(ops[0].comm, ops[0].args);
-  if (ops.size() == 1) {
-    Comm* comm = ops[0].comm;
-    SharedDirectChoice choice = sharedDirectUse(*comm, ops[0].args);
-    if (choice.use != SharedDirectUse::kNone && comm->mappedAttemptDue()) {
-      bool ran = false;
-      LOOM_TRY(runSharedDirect(comm, ops[0].args, choice, &ran));
-      comm->noteMappedAttempt(ran);
-      if (ran) return Status();
-    }
-  }
   Executor ex(ops);
   return ex.run();
 }

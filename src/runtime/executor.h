@@ -1,7 +1,13 @@
-// The executor: runs lowered schedules (pieces with dependencies) over the network transport. It
-// knows no algorithm by name. Several operations, on one or several communicators, run together
-// in one progress loop (a group); on each communicator they are posted in issue order, so sends
-// and receives between two ranks match in the order the user issued them.
+// The executor: runs the schedules dispatch chose (src/runtime/dispatch.h), compiled into pieces
+// with dependencies, over each communicator's transport table (Comm::transportFor): it knows no
+// algorithm and no transport by name. Several operations, on one or several communicators, run
+// together in one progress loop (a group); on each communicator they are posted in issue order, so
+// sends and receives between two ranks match in the order the user issued them.
+//
+// Threads: executeOps runs on the calling thread and returns when every operation is complete or
+// failed; it starts no thread and keeps nothing between calls but the communicators' schedule
+// caches (locked). The communicators it is given belong to that thread for the call (the API's
+// one-thread rule: include/loom/loom.h); loomCommAbort from another thread wakes it.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +18,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "algorithms/algo_filter.h"
 #include "algorithms/schedule.h"
 #include "loom/loom.h"
 #include "src/core/status.h"
@@ -45,7 +50,7 @@ uint64_t opSignature(const OpArgs& op);
 
 // A lowered schedule with its dependency graph in CSR form, shared by every call with the same
 // shape. Immutable once built.
-struct LoweredPlan {
+struct CompiledSchedule {
   CollArgs args;
   std::string algorithm;
   BufferLayout layout;
@@ -57,37 +62,29 @@ struct LoweredPlan {
   bool touchesInput = false;
 };
 
-// Per-communicator cache of lowered plans (LRU).
-class PlanCache {
+// Per-communicator cache of compiled schedules (LRU).
+class ScheduleCache {
  public:
   // layout: where the ranks live (Comm::rankLayout; null: one host), part of the cache key.
-  // allLocal: every rank shares this host's shared memory (Comm::allLocal).
-  Result<std::shared_ptr<const LoweredPlan>> get(const OpArgs& op, int rank, int nranks,
-                                                 const std::shared_ptr<const RankLayout>& layout,
-                                                 const std::string& algorithm, size_t pieceBytes);
+  Result<std::shared_ptr<const CompiledSchedule>> get(
+      const OpArgs& op, int rank, int nranks, const std::shared_ptr<const RankLayout>& layout,
+      const std::string& algorithm, size_t pieceBytes);
 
  private:
   std::mutex mu_;
-  std::list<std::pair<std::string, std::shared_ptr<const LoweredPlan>>> lru_;
+  std::list<std::pair<std::string, std::shared_ptr<const CompiledSchedule>>> lru_;
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
-
-// The algorithm for op on comm: the planner's choice among what LOOM_ALGO allows (with
-// LOOM_PLANNER=0, a fixed size rule). Every rank derives the same from the same arguments, the
-// exchanged topology and parameters.
-Result<std::string> chooseAlgorithm(Comm& comm, const OpArgs& op);
-// What the planner prices for op: the same on every rank (see the Broadcast/Reduce note).
-CollArgs planArgsOf(const Comm& comm, const OpArgs& op);
-// The algorithm filter in force on comm: loomCommSetAlgo's, else LOOM_ALGO's (parsed once per
-// distinct value; an error names a bad spec).
-Result<std::shared_ptr<const AlgoFilter>> currentAlgoFilter(const Comm& comm);
 
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);
 
+// One call to run on a schedule: what the user issued and the algorithm dispatch chose for it
+// ("p2p" for Send/Recv).
 struct QueuedOp {
   Comm* comm = nullptr;
   OpArgs args;
+  std::string algorithm;
 };
 
 // Runs the ops to completion (or failure, abort, or LOOM_TIMEOUT without progress). On failure the

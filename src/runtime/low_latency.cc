@@ -5,44 +5,16 @@
 #include "src/core/dtype.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/run.h"
 
 namespace loom {
-
-namespace {
-
-// Bytes a rank publishes for op (0 for a broadcast's non-roots).
-size_t publishedBytes(const OpArgs& op, int rank, int nranks) {
-  size_t es = dataTypeSize(op.dtype);
-  switch (op.coll) {
-    case CollKind::kAllReduce:
-    case CollKind::kReduce:
-    case CollKind::kAllGather:
-      return op.count * es;
-    case CollKind::kBroadcast:
-      return rank == op.root ? op.count * es : 0;
-    case CollKind::kReduceScatter:
-    case CollKind::kAllToAll:
-      return op.count * es * static_cast<size_t>(nranks);
-    default:
-      return 0;
-  }
-}
-
-}  // namespace
-
-bool lowLatencyEligible(const Comm& comm, const OpArgs& op) {
-  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return false;
-  if (op.coll == CollKind::kSendRecv) return false;
-  // The root's size decides for a broadcast, so that every rank decides the same.
-  return publishedBytes(op, op.root, comm.nranks()) <= comm.llMax();
-}
 
 Status runLowLatency(Comm* comm, const OpArgs& op) {
   shm::Transport* t = comm->shm();
   int n = comm->nranks();
   int me = comm->rank();
   size_t es = dataTypeSize(op.dtype);
-  size_t bytes = publishedBytes(op, me, n);
+  size_t bytes = lowLatencyBytes(shapeOf(op, n, false), me, n);
   uint64_t seq = comm->nextLlSeq();
   uint64_t signature = opSignature(op);
   if (bytes) std::memcpy(t->llBuffer(me, seq), op.sendbuff, bytes);

@@ -2,8 +2,7 @@
 // flag-synchronised exchange through shared memory, no rendezvous and no schedule. Each rank copies
 // its contribution into its own shared buffer and raises its flag for the operation's sequence
 // number; once every flag is up, each rank computes its output from the buffers it needs (all
-// ranks reduce in rank order, so every rank gets the same bits). The planner's cost model prices
-// it as one step of latency; LOOM_SHM_LL_MAX bounds it.
+// ranks reduce in rank order, so every rank gets the same bits). LOOM_SHM_LL_MAX bounds it.
 #pragma once
 
 #include "src/core/status.h"
@@ -13,12 +12,8 @@ namespace loom {
 
 class Comm;
 
-// True when op can run on the low-latency path of comm. Every rank decides the same from the same
-// arguments and parameters.
-bool lowLatencyEligible(const Comm& comm, const OpArgs& op);
-
-// Runs op on the low-latency path (lowLatencyEligible must be true). On failure the communicator
-// is marked failed.
+// Runs op on the low-latency path (where dispatch chose Path::kLowLatency: src/runtime/dispatch.h
+// decides when it is eligible). On failure the communicator is marked failed.
 Status runLowLatency(Comm* comm, const OpArgs& op);
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 #include "tests/collectives/harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -8,32 +9,9 @@
 
 #include "src/core/dtype.h"
 #include "src/core/params.h"
+#include "tools/perf/expected.h"
 
 namespace loomtest {
-
-const char* collName(Coll c) {
-  switch (c) {
-    case Coll::kAllReduce:
-      return "AllReduce";
-    case Coll::kBroadcast:
-      return "Broadcast";
-    case Coll::kReduce:
-      return "Reduce";
-    case Coll::kAllGather:
-      return "AllGather";
-    case Coll::kReduceScatter:
-      return "ReduceScatter";
-    case Coll::kAllToAll:
-      return "AllToAll";
-    case Coll::kSendRecv:
-      return "SendRecv";
-  }
-  return "?";
-}
-
-bool collReduces(Coll c) {
-  return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
-}
 
 std::vector<Coll> allColls() {
   return {Coll::kAllReduce,     Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather,
@@ -67,132 +45,44 @@ std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& count
   return out;
 }
 
-size_t elemSize(loomDataType_t dt) { return loom::dataTypeSize(dt); }
-
-void setElem(void* buf, loomDataType_t dt, size_t i, double v) {
-  char* p = static_cast<char*>(buf);
-  switch (dt) {
-    case loomInt8:
-      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
-      break;
-    case loomUint8:
-      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
-      break;
-    case loomInt32:
-      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
-      break;
-    case loomUint32:
-      reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
-      break;
-    case loomInt64:
-      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-    case loomUint64:
-      reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
-      break;
-    case loomFloat16:
-      reinterpret_cast<uint16_t*>(p)[i] = loom::floatToHalf(static_cast<float>(v));
-      break;
-    case loomBfloat16:
-      reinterpret_cast<uint16_t*>(p)[i] = loom::floatToBf16(static_cast<float>(v));
-      break;
-    case loomFloat32:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case loomFloat64:
-      reinterpret_cast<double*>(p)[i] = v;
-      break;
-    default:
-      break;
-  }
-}
-
-double getElem(const void* buf, loomDataType_t dt, size_t i) {
-  const char* p = static_cast<const char*>(buf);
-  switch (dt) {
-    case loomInt8:
-      return reinterpret_cast<const int8_t*>(p)[i];
-    case loomUint8:
-      return reinterpret_cast<const uint8_t*>(p)[i];
-    case loomInt32:
-      return reinterpret_cast<const int32_t*>(p)[i];
-    case loomUint32:
-      return reinterpret_cast<const uint32_t*>(p)[i];
-    case loomInt64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case loomUint64:
-      return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
-    case loomFloat16:
-      return loom::halfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case loomBfloat16:
-      return loom::bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case loomFloat32:
-      return reinterpret_cast<const float*>(p)[i];
-    case loomFloat64:
-      return reinterpret_cast<const double*>(p)[i];
-    default:
-      return 0;
-  }
-}
-
 namespace {
 
-bool isSigned(loomDataType_t dt) { return dt != loomUint8 && dt != loomUint32 && dt != loomUint64; }
-bool isFloat(loomDataType_t dt) {
-  return dt == loomFloat16 || dt == loomBfloat16 || dt == loomFloat32 || dt == loomFloat64;
-}
+// The tests' inputs: small integers, so every sum, product, max and min is exact in every type
+// (avg of floating types is accepted within 1%).
+class TestPattern final : public loom::InputPattern {
+ public:
+  TestPattern(const Case& c, int nranks)
+      : InputPattern(c.dt, c.op, nranks),
+        reduces_(collReduces(c.coll)),
+        signed_(loom::typeIsSigned(c.dt)),
+        tolerant_(c.op == loomAvg && loom::typeIsFloating(c.dt) && reduces_) {}
 
-// Inputs: small integers, so every sum, product, max and min is exact in every type.
-double inputValue(const Case& c, int rank, size_t i) {
-  if (!collReduces(c.coll)) {
-    int64_t v = static_cast<int64_t>((rank * 131 + i * 7) % 97);
-    return static_cast<double>(isSigned(c.dt) ? v - 48 : v);
-  }
-  if (c.op == loomProd) {
-    static const int kSigned[4] = {1, -1, 2, 1};
-    static const int kUnsigned[4] = {1, 2, 1, 1};
-    size_t k = (static_cast<size_t>(rank) + i) % 4;
-    return isSigned(c.dt) ? kSigned[k] : kUnsigned[k];
-  }
-  int64_t v = static_cast<int64_t>((rank * 5 + i * 3 + 1) % 7);
-  return static_cast<double>(isSigned(c.dt) ? v - 3 : v);
-}
-
-double reduceAll(const Case& c, int nranks, size_t i) {
-  double acc = inputValue(c, 0, i);
-  for (int r = 1; r < nranks; ++r) {
-    double v = inputValue(c, r, i);
-    switch (c.op) {
-      case loomSum:
-      case loomAvg:
-        acc += v;
-        break;
-      case loomProd:
-        acc *= v;
-        break;
-      case loomMax:
-        acc = std::max(acc, v);
-        break;
-      case loomMin:
-        acc = std::min(acc, v);
-        break;
-      default:
-        break;
+  double value(int rank, size_t i) const override {
+    if (!reduces_) {
+      int64_t v = static_cast<int64_t>((rank * 131 + i * 7) % 97);
+      return static_cast<double>(signed_ ? v - 48 : v);
     }
+    if (op() == loomProd) {
+      static const int kSigned[4] = {1, -1, 2, 1};
+      static const int kUnsigned[4] = {1, 2, 1, 1};
+      size_t k = (static_cast<size_t>(rank) + i) % 4;
+      return signed_ ? kSigned[k] : kUnsigned[k];
+    }
+    int64_t v = static_cast<int64_t>((rank * 5 + i * 3 + 1) % 7);
+    return static_cast<double>(signed_ ? v - 3 : v);
   }
-  if (c.op == loomAvg) {
-    if (isFloat(c.dt)) return acc / nranks;
-    return std::trunc(acc / nranks);
-  }
-  return acc;
-}
 
-// The value the type stores for v (wraps integers, rounds floats).
-double asStored(loomDataType_t dt, double v) {
-  char tmp[8];
-  setElem(tmp, dt, 0, v);
-  return getElem(tmp, dt, 0);
-}
+  bool accepts(double got, double exact) const override {
+    if (!tolerant_) return InputPattern::accepts(got, exact);
+    double w = stored(exact);
+    return std::fabs(got - w) <= 1e-2 * std::max(1.0, std::fabs(w));
+  }
+
+ private:
+  bool reduces_;
+  bool signed_;
+  bool tolerant_;
+};
 
 // LOOMTEST_MEM_ALLOC=1: the buffers come from loomMemAlloc (peers on the host map them).
 struct Buffers {
@@ -253,7 +143,7 @@ class Registrations {
 }  // namespace
 
 std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
-  size_t es = elemSize(c.dt);
+  size_t es = loom::dataTypeSize(c.dt);
   size_t inCount = c.count, outCount = c.count;
   if (c.coll == Coll::kAllGather) outCount = c.count * n;
   if (c.coll == Coll::kReduceScatter) inCount = c.count * n;
@@ -277,7 +167,8 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
         break;
     }
   }
-  for (size_t i = 0; i < inCount; ++i) setElem(sendbuff, c.dt, i, inputValue(c, rank, i));
+  const TestPattern pattern(c, n);
+  loom::fillInput(pattern, rank, sendbuff, inCount);
   std::string where = c.describe() + " rank " + std::to_string(rank) + "/" + std::to_string(n);
   // LOOMTEST_REGISTER=1: both buffers are registered with loomCommRegister for the call (network
   // transports then use the registration instead of registering each message).
@@ -319,45 +210,9 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
   std::string dereg = regs.release();
   if (res == loomSuccess && !dereg.empty()) return where + ": " + dereg;
   if (res != loomSuccess) return where + ": " + loomGetErrorString(res) + ": " + loomGetLastError();
-  bool tolerant = c.op == loomAvg && isFloat(c.dt) && collReduces(c.coll);
-  auto check = [&](size_t i, double want) -> std::string {
-    double got = getElem(recvbuff, c.dt, i);
-    double w = asStored(c.dt, want);
-    bool ok = tolerant ? std::fabs(got - w) <= 1e-2 * std::max(1.0, std::fabs(w)) : got == w;
-    if (ok) return "";
-    return where + ": element " + std::to_string(i) + " is " + std::to_string(got) + ", expected " +
-           std::to_string(w);
-  };
-  for (size_t i = 0; i < outCount; ++i) {
-    double want = 0;
-    switch (c.coll) {
-      case Coll::kAllReduce:
-        want = reduceAll(c, n, i);
-        break;
-      case Coll::kBroadcast:
-        want = inputValue(c, c.root, i);
-        break;
-      case Coll::kReduce:
-        if (rank != c.root) return "";
-        want = reduceAll(c, n, i);
-        break;
-      case Coll::kAllGather:
-        want = inputValue(c, static_cast<int>(i / c.count), i % c.count);
-        break;
-      case Coll::kReduceScatter:
-        want = reduceAll(c, n, static_cast<size_t>(rank) * c.count + i);
-        break;
-      case Coll::kAllToAll:
-        want = inputValue(c, static_cast<int>(i / c.count),
-                          static_cast<size_t>(rank) * c.count + i % c.count);
-        break;
-      case Coll::kSendRecv:
-        want = inputValue(c, prev, i);
-        break;
-    }
-    std::string e = check(i, want);
-    if (!e.empty()) return e;
-  }
+  std::string firstBad;
+  if (loom::countWrong(pattern, {c.coll, c.count, c.root, rank}, recvbuff, &firstBad) > 0)
+    return where + ": " + firstBad;
   return "";
 }
 

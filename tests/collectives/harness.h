@@ -1,6 +1,7 @@
 // Test harness for collective tests: ranks as threads of this process (loomCommInitAll) and ranks
-// as processes (this test binary re-executed as a worker), input patterns whose exact results are
-// known for every datatype and op, and a checker that names the first wrong element.
+// as processes (this test binary re-executed as a worker), and input patterns whose exact results
+// are known for every datatype and op, checked by loom-perf's checker (tools/perf/expected.h),
+// which names the first wrong element.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +10,16 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "src/core/collective.h"
 
 namespace loomtest {
 
-enum class Coll {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kSendRecv
-};
-const char* collName(Coll c);
-bool collReduces(Coll c);
+// The calls the tests make: every collective, and SendRecv (each rank sends to rank + 1 and
+// receives from rank - 1 in one group).
+using Coll = loom::CollKind;
+using loom::collName;
+using loom::collReduces;
+// Every Coll, in enum order.
 std::vector<Coll> allColls();
 
 struct Case {
@@ -46,11 +43,6 @@ std::vector<size_t> standardCounts(int nranks);
 // Runs one case on this rank: allocates and fills buffers, calls Loom, checks every element.
 // Returns "" on success, else a message naming the case, the rank and the first wrong element.
 std::string runCase(loomComm_t comm, int rank, int nranks, const Case& c);
-
-// Element access by datatype (values are small integers, exact in every type).
-void setElem(void* buf, loomDataType_t dt, size_t i, double v);
-double getElem(const void* buf, loomDataType_t dt, size_t i);
-size_t elemSize(loomDataType_t dt);
 
 // N ranks as threads of this process.
 class ThreadRanks {

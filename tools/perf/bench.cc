@@ -209,7 +209,7 @@ class Bench {
       return Status(Code::kInvalidArgument, "--plan: sendrecv is point to point (no algorithm)");
     }
     std::string out = fmt::format("# loom-perf --plan: {} on {} ranks (nothing is run)\n#\n",
-                                  collName(opts_.coll), ctx_.nranks);
+                                  collTestName(opts_.coll), ctx_.nranks);
     out += fmt::format("# {:>12} {:>12} {:>8} {:>5} {:>16} {:>9} {:>7} {:>13}  {}\n", "size",
                        "count", "type", "root", "path", "algorithm", "source", "predicted(us)",
                        "candidates: predicted us (x: excluded by LOOM_ALGO)");
@@ -369,9 +369,9 @@ class Bench {
         for (bool inPlace : {false, true}) {
           Measurement& m = inPlace ? row.inPlace : row.outOfPlace;
           LOOM_TRY(benchTime(type, op, root, c, inPlace, pattern, &m)
-                       .withContext(fmt::format("{} {} {} root {} size {} {}", collName(opts_.coll),
-                                                row.type, row.redop, root, row.bytes,
-                                                inPlace ? "in-place" : "out-of-place")));
+                       .withContext(fmt::format("{} {} {} root {} size {} {}",
+                                                collTestName(opts_.coll), row.type, row.redop, root,
+                                                row.bytes, inPlace ? "in-place" : "out-of-place")));
           print(formatMeasurement(m));
           busBwSum_ += m.busBw;
           ++busBwCount_;
@@ -411,9 +411,10 @@ class Bench {
             auto& entry = row.compare[(k + static_cast<size_t>(round)) % nAlgos];
             LOOM_TRY(use(entry.first));
             Measurement m;
-            LOOM_TRY(benchTime(type, op, root, c, false, pattern, &m)
-                         .withContext(fmt::format("{} size {} --compare {}", collName(opts_.coll),
-                                                  row.bytes, entry.first)));
+            LOOM_TRY(
+                benchTime(type, op, root, c, false, pattern, &m)
+                    .withContext(fmt::format("{} size {} --compare {}", collTestName(opts_.coll),
+                                             row.bytes, entry.first)));
             Measurement& best = entry.second;
             int64_t wrong = best.wrong < 0 ? m.wrong : best.wrong + std::max<int64_t>(m.wrong, 0);
             if (round == 0 || m.timeUs < best.timeUs) best = m;
@@ -481,7 +482,7 @@ class Bench {
           std::fprintf(stderr,
                        "loom-perf: rank %d: %s %s %s root %d count %zu %s: %lld wrong values; "
                        "first: %s\n",
-                       ctx_.rank, collName(opts_.coll), dataTypeName(type),
+                       ctx_.rank, collTestName(opts_.coll), dataTypeName(type),
                        collInfo(opts_.coll).hasOp ? redOpName(op) : "none", root, c.paramCount,
                        inPlace ? "in-place" : "out-of-place", static_cast<long long>(bad),
                        firstBad.c_str());

@@ -115,7 +115,7 @@ void noteIgnored(const char* what, int value) {
 
 }  // namespace
 
-const char* collName(CollKind kind) {
+const char* collTestName(CollKind kind) {
   for (const auto& c : kCollNames)
     if (c.kind == kind) return c.name;
   return "unknown";
@@ -137,7 +137,7 @@ int parseOptions(int argc, char** argv, Options* opts) {
   for (const auto& a : args) cargv.push_back(a.c_str());
 
   CLI::App app{"loom-perf: collective performance tests with nccl-tests' options and output",
-               hasPersonality ? std::string(collName(fixed)) + "_perf" : "loom-perf"};
+               hasPersonality ? std::string(collTestName(fixed)) + "_perf" : "loom-perf"};
   app.set_help_flag("-h,--help", "Print this help and exit");
   std::string collText, minText = "32M", maxText = "32M", stepText = "1M";
   std::string opText = "sum", typeText = "float", rootText = "0";
@@ -221,7 +221,7 @@ int parseOptions(int argc, char** argv, Options* opts) {
                       "' (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
                       "sendrecv)");
   }
-  opts->programName = std::string(collName(opts->coll)) + "_perf";
+  opts->programName = std::string(collTestName(opts->coll)) + "_perf";
 
   std::string error;
   if (!parseBytes(minText, "-b/--minbytes", &opts->minBytes, &error) ||

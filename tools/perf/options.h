@@ -8,19 +8,10 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "src/core/collective.h"
 
 namespace loom {
 namespace perf {
-
-enum class CollKind {
-  kAllReduce,
-  kAllGather,
-  kReduceScatter,
-  kBroadcast,
-  kReduce,
-  kAllToAll,
-  kSendRecv
-};
 
 struct Options {
   CollKind coll = CollKind::kAllReduce;
@@ -64,8 +55,8 @@ int parseOptions(int argc, char** argv, Options* opts);
 // The sizes of one sweep, as nccl-tests steps them.
 std::vector<size_t> sweepSizes(const Options& opts);
 
-// "all_reduce" for CollKind::kAllReduce, ...
-const char* collName(CollKind kind);
+// "all_reduce" for CollKind::kAllReduce, ...: the collective as nccl-tests names its test.
+const char* collTestName(CollKind kind);
 
 }  // namespace perf
 }  // namespace loom

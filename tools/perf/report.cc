@@ -145,7 +145,7 @@ bool writeJson(const std::string& path, const JsonReport& report, std::string* e
   j["tool"] = "loom-perf";
   j["version"] = cformat("%d.%d.%d", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
   j["test"] = o.programName;
-  j["collective"] = collName(o.coll);
+  j["collective"] = collTestName(o.coll);
   j["nranks"] = report.nranks;
   j["options"] = {{"minbytes", o.minBytes},
                   {"maxbytes", o.maxBytes},

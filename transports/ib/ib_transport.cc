@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -140,8 +137,7 @@ class IbTransport final : public net::Transport {
 
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<Port*> ports_;
-  std::mutex connectMu_;
-  std::map<std::pair<std::thread::id, std::string>, std::unique_ptr<Outgoing>> connecting_;
+  PendingConnects<Outgoing> connecting_;
 };
 
 Status IbTransport::getProperties(int dev, net::Properties* props) const {
@@ -180,16 +176,8 @@ Status IbTransport::listen(int dev, net::Handle* handle, void** listenComm) {
   if (!fd.isOk()) return fd.status().withContext("InfiniBand: out-of-band listen");
   l->fd = std::move(fd).value();
   l->secret = randomU64();
-  if (l->addr.len > sizeof(IbHandle::addr))
-    return LOOM_ERROR(kInternal, "InfiniBand: address {} does not fit a handle",
-                      l->addr.toString());
-  IbHandle h{};
-  h.magic = kIbHandleMagic;
-  h.secret = l->secret;
-  h.addrLen = l->addr.len;
-  std::memcpy(h.addr, &l->addr.ss, l->addr.len);
-  std::memset(handle->bytes, 0, net::kHandleSize);
-  std::memcpy(handle->bytes, &h, sizeof(h));
+  Status packed = writeListenHandle<IbHandle>(kIbHandleMagic, l->secret, l->addr, handle->bytes);
+  if (!packed.isOk()) return packed.withContext("InfiniBand");
   LOOM_INFO(kSubNet, "InfiniBand: listening for {} on {}", l->port->name(), l->addr.toString());
   *listenComm = l.release();
   return Status();
@@ -199,27 +187,14 @@ Status IbTransport::connect(int dev, const net::Handle& handle, void** sendComm)
   *sendComm = nullptr;
   LOOM_TRY(checkDev(dev));
   IbHandle h;
-  std::memcpy(&h, handle.bytes, sizeof(h));
-  if (h.magic != kIbHandleMagic || h.addrLen == 0 || h.addrLen > sizeof(h.addr))
+  SockAddr addr;
+  if (!readListenHandle(kIbHandleMagic, handle.bytes, &h, &addr))
     return LOOM_ERROR(kInvalidArgument,
                       "InfiniBand: connect with a handle that is not an InfiniBand handle");
-  auto key = std::make_pair(std::this_thread::get_id(),
-                            std::string(reinterpret_cast<const char*>(handle.bytes), sizeof(h)));
-  std::unique_ptr<Outgoing> o;
-  {
-    std::lock_guard<std::mutex> lk(connectMu_);
-    auto it = connecting_.find(key);
-    if (it != connecting_.end()) {
-      o = std::move(it->second);
-      connecting_.erase(it);
-    }
-    for (auto a = connecting_.begin(); a != connecting_.end();)
-      a = a->second->deadline.expired() ? connecting_.erase(a) : std::next(a);
-  }
+  std::unique_ptr<Outgoing> o = connecting_.take(handle.bytes, sizeof(h));
   if (!o) {
     o = std::make_unique<Outgoing>();
-    std::memcpy(&o->addr.ss, h.addr, h.addrLen);
-    o->addr.len = h.addrLen;
+    o->addr = addr;
     o->deadline = Deadline(defaultTimeoutMs());
     LOOM_ASSIGN(o->comm, Comm::create(Comm::Role::kSend, ports_[dev], qpsParam()));
     o->comm->describe(&o->local, h.secret);
@@ -231,8 +206,7 @@ Status IbTransport::connect(int dev, const net::Handle& handle, void** sendComm)
   if (!r.isOk())
     return r.status().withContext(fmt::format("InfiniBand: connecting to {}", o->addr.toString()));
   if (!r.value()) {
-    std::lock_guard<std::mutex> lk(connectMu_);
-    connecting_[key] = std::move(o);
+    connecting_.keep(handle.bytes, sizeof(h), std::move(o));
     return Status();
   }
   *sendComm = o->comm.release();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "src/core/log.h"
+#include "transports/ncclnet/nccl_result.h"
 #include "transports/ncclnet/plugin_abi.h"
 
 namespace loom {
@@ -70,46 +71,6 @@ void pluginLogger(ncclabi::ncclDebugLogLevel level, unsigned long flags, const c
   std::string msg(buf, n);
   if (lv == LogLevel::kWarn) tLastWarn = msg;
   if (enabled) logWrite(lv, subsys, file ? file : "plugin", line, "net plugin: " + msg);
-}
-
-const char* resultName(ncclResult_t rc) {
-  switch (rc) {
-    case ncclabi::ncclSuccess:
-      return "ncclSuccess";
-    case ncclabi::ncclUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case ncclabi::ncclSystemError:
-      return "ncclSystemError";
-    case ncclabi::ncclInternalError:
-      return "ncclInternalError";
-    case ncclabi::ncclInvalidArgument:
-      return "ncclInvalidArgument";
-    case ncclabi::ncclInvalidUsage:
-      return "ncclInvalidUsage";
-    case ncclabi::ncclRemoteError:
-      return "ncclRemoteError";
-    case ncclabi::ncclInProgress:
-      return "ncclInProgress";
-    default:
-      return "unknown ncclResult_t";
-  }
-}
-
-Code codeOf(ncclResult_t rc) {
-  switch (rc) {
-    case ncclabi::ncclUnhandledCudaError:
-      return Code::kCuda;
-    case ncclabi::ncclSystemError:
-      return Code::kSystem;
-    case ncclabi::ncclInvalidArgument:
-      return Code::kInvalidArgument;
-    case ncclabi::ncclInvalidUsage:
-      return Code::kInvalidUsage;
-    case ncclabi::ncclRemoteError:
-      return Code::kRemote;
-    default:
-      return Code::kInternal;  // including ncclInProgress, which no net call may return
-  }
 }
 
 struct Request;
@@ -414,8 +375,9 @@ class PluginTransport final : public net::Transport {
     }
     // NCCL defines ncclRemoteError as a network error or a remote process that exited early:
     // the peer went away, as far as the caller can tell.
-    Status st(codeOf(rc), fmt::format("{}: {} failed: {} ({}){}", describe(), what, resultName(rc),
-                                      static_cast<int>(rc), said));
+    Status st(ncclnet::codeOfNcclResult(rc),
+              fmt::format("{}: {} failed: {} ({}){}", describe(), what, ncclnet::ncclResultName(rc),
+                          static_cast<int>(rc), said));
     return rc == ncclabi::ncclRemoteError ? st.withCause(Cause::kPeerGone) : st;
   }
 

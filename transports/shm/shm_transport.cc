@@ -396,6 +396,29 @@ void* Transport::sendComm(int local) {
 
 void* Transport::recvComm(int local) { return recvs_[local].get(); }
 
+int Transport::localOf(int rank) const {
+  for (int i = 0; i < nlocal(); ++i)
+    if (peers_[i].rank == rank) return i;
+  return -1;
+}
+
+void* Transport::presetSendComm(int rank) {
+  int i = localOf(rank);
+  return i < 0 ? nullptr : sendComm(i);
+}
+
+void* Transport::presetRecvComm(int rank) {
+  int i = localOf(rank);
+  return i < 0 ? nullptr : recvComm(i);
+}
+
+net::Reach Transport::reach(int rank, int channel) const {
+  net::Reach r;
+  r.reachable = channel == 0 && localOf(rank) >= 0;
+  r.latencyUs = 0.2;
+  return r;
+}
+
 // ---- state and doorbells ----------------------------------------------------------------------
 
 void Transport::setState(PeerState s) {

@@ -21,8 +21,9 @@
 // plain loads and stores. Peers that die are detected by pid (and by the state word they set when
 // they fail or close), never by waiting for a deadline alone.
 //
-// Thread safety: like every net::Transport, one thread drives an instance at a time. Each rank
-// (thread or process) owns its own instance over the shared segment.
+// Threads: an instance belongs to one rank of one communicator and is driven by one thread at a
+// time (transports/net.h states the rule). Each rank (thread or process) owns its own instance
+// over the shared segment.
 #pragma once
 
 #include <atomic>
@@ -115,6 +116,8 @@ class Transport final : public net::Transport {
   // The send and receive comm to/from local rank i (made at attach; no connection phase).
   void* sendComm(int local);
   void* recvComm(int local);
+  // The local index of communicator rank `rank`, or -1 when it is not on this segment.
+  int localOf(int rank) const;
 
   // Sets this rank's state word (peers waiting on it see it at once) and rings every doorbell.
   // Failed or closed: returns once no peer still reads this rank's buffers (single copy) or works
@@ -177,6 +180,16 @@ class Transport final : public net::Transport {
   // requests are also in flight (a socket's arrival does not ring the doorbell, so the nap must
   // be short for it to be noticed soon).
   void waitActivityUs(int64_t timeoutUs);
+  bool napUs(int64_t timeoutUs) override {
+    waitActivityUs(timeoutUs);
+    return true;
+  }
+  // The connections to the other ranks of this host exist from attach; channel 0 only (the other
+  // channels of a ring go over the network, so that they do not share the slot rings).
+  void* presetSendComm(int rank) override;
+  void* presetRecvComm(int rank) override;
+  net::Reach reach(int rank, int channel) const override;
+  bool wantsRegistration() const override { return false; }
 
   struct Request;
   struct SendComm;

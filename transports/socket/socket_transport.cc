@@ -8,9 +8,6 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <map>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -190,10 +187,7 @@ class SocketTransport final : public Transport {
 
   std::vector<Interface> ifs_;
   std::vector<Properties> props_;
-  // Connects in progress, per calling thread and handle (NCCL keeps this state in the handle; ours
-  // is const). Different threads may connect concurrently.
-  std::mutex connectMu_;
-  std::map<std::pair<std::thread::id, std::string>, std::unique_ptr<PendingConnect>> connecting_;
+  PendingConnects<PendingConnect> connecting_;
 };
 
 Properties SocketTransport::probe(const Interface& itf) {
@@ -234,16 +228,9 @@ Status SocketTransport::listen(int dev, Handle* handle, void** listenComm) {
     return fd.status().withContext(fmt::format("socket transport: listen on {}", l->ifname));
   l->fd = std::move(fd).value();
   l->secret = randomU64();
-  if (l->addr.len > sizeof(SocketHandle::addr))
-    return LOOM_ERROR(kInternal, "socket transport: address {} does not fit a handle",
-                      l->addr.toString());
-  SocketHandle h{};
-  h.magic = kSocketHandleMagic;
-  h.secret = l->secret;
-  h.addrLen = l->addr.len;
-  std::memcpy(h.addr, &l->addr.ss, l->addr.len);
-  std::memset(handle->bytes, 0, kHandleSize);
-  std::memcpy(handle->bytes, &h, sizeof(h));
+  Status packed =
+      writeListenHandle<SocketHandle>(kSocketHandleMagic, l->secret, l->addr, handle->bytes);
+  if (!packed.isOk()) return packed.withContext("socket transport");
   LOOM_INFO(kSubNet, "socket transport: listening on {} {}", l->ifname, l->addr.toString());
   *listenComm = l.release();
   return Status();
@@ -253,29 +240,15 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) 
   *sendComm = nullptr;
   LOOM_TRY(checkDev(dev));
   SocketHandle h;
-  std::memcpy(&h, handle.bytes, sizeof(h));
-  if (h.magic != kSocketHandleMagic || h.addrLen == 0 || h.addrLen > sizeof(h.addr))
+  SockAddr addr;
+  if (!readListenHandle(kSocketHandleMagic, handle.bytes, &h, &addr))
     return LOOM_ERROR(kInvalidArgument,
                       "socket transport: connect with a handle that is not a "
                       "socket-transport handle");
-  auto key = std::make_pair(std::this_thread::get_id(),
-                            std::string(reinterpret_cast<const char*>(handle.bytes), sizeof(h)));
-  std::unique_ptr<PendingConnect> pc;
-  {
-    std::lock_guard<std::mutex> lk(connectMu_);
-    auto it = connecting_.find(key);
-    if (it != connecting_.end()) {
-      pc = std::move(it->second);
-      connecting_.erase(it);
-    }
-    // Connects their callers abandoned (past their deadline) release their sockets here.
-    for (auto a = connecting_.begin(); a != connecting_.end();)
-      a = a->second->deadline.expired() ? connecting_.erase(a) : std::next(a);
-  }
+  std::unique_ptr<PendingConnect> pc = connecting_.take(handle.bytes, sizeof(h));
   if (!pc) {
     pc = std::make_unique<PendingConnect>();
-    std::memcpy(&pc->addr.ss, h.addr, h.addrLen);
-    pc->addr.len = h.addrLen;
+    pc->addr = addr;
     pc->addrText = pc->addr.toString();
     if (pc->addr.family() != AF_INET && pc->addr.family() != AF_INET6)
       return LOOM_ERROR(kInvalidArgument, "socket transport: handle holds no IP address");
@@ -294,8 +267,7 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) 
   }
   LOOM_ASSIGN(bool connected, progressConnect(pc.get()));
   if (!connected) {
-    std::lock_guard<std::mutex> lk(connectMu_);
-    connecting_[key] = std::move(pc);
+    connecting_.keep(handle.bytes, sizeof(h), std::move(pc));
     return Status();
   }
   LOOM_ASSIGN(auto comm, SocketComm::create(SocketComm::Role::kSend, std::move(pc->fds),

@@ -300,12 +300,11 @@ Result<Fd> tryAccept(int listenFd, SockAddr* peer) {
   return out;
 }
 
-Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
-                            const std::atomic<bool>* abort) {
+Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline, AbortFlags abort) {
   int delayMs = 1;
   Status last;
   while (true) {
-    if (abort && abort->load(std::memory_order_acquire))
+    if (abort.raised())
       return LOOM_ERROR(kAborted, "aborted while connecting to {}", addr.toString());
     auto fdr = startConnect(addr);
     if (!fdr.isOk()) return fdr.status();
@@ -318,7 +317,7 @@ Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
       }
       if (c.value()) return fd;
       if (deadline.expired()) break;
-      if (abort && abort->load(std::memory_order_acquire)) break;
+      if (abort.raised()) break;
       pollfd p{fd.get(), POLLOUT, 0};
       ::poll(&p, 1, std::min(deadline.remainingMs(100), 100));
     }
@@ -371,7 +370,7 @@ namespace {
 
 template <typename Fn>
 Status moveAll(int fd, size_t bytes, short events, const Deadline& deadline,
-               const std::atomic<bool>* abort, const char* what, Fn&& fn) {
+               const AbortFlags& abort, const char* what, Fn&& fn) {
   size_t done = 0;
   while (done < bytes) {
     auto r = fn(done);
@@ -379,8 +378,7 @@ Status moveAll(int fd, size_t bytes, short events, const Deadline& deadline,
     done += r.value();
     if (done == bytes) break;
     if (r.value() > 0) continue;
-    if (abort && abort->load(std::memory_order_acquire))
-      return LOOM_ERROR(kAborted, "aborted during {}", what);
+    if (abort.raised()) return LOOM_ERROR(kAborted, "aborted during {}", what);
     if (deadline.expired())
       return LOOM_ERROR(kTimeout, "{} timed out after {} ms ({} of {} bytes)", what,
                         deadline.timeoutMs(), done, bytes);
@@ -392,15 +390,13 @@ Status moveAll(int fd, size_t bytes, short events, const Deadline& deadline,
 
 }  // namespace
 
-Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
-               const std::atomic<bool>* abort) {
+Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline, AbortFlags abort) {
   const char* p = static_cast<const char*>(data);
   return moveAll(fd, bytes, POLLOUT, deadline, abort, "send",
                  [&](size_t done) { return sendSome(fd, p + done, bytes - done); });
 }
 
-Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
-               const std::atomic<bool>* abort) {
+Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline, AbortFlags abort) {
   char* p = static_cast<char*>(data);
   return moveAll(fd, bytes, POLLIN, deadline, abort, "receive",
                  [&](size_t done) { return recvSome(fd, p + done, bytes - done); });

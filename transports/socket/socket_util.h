@@ -1,5 +1,6 @@
-// TCP socket helpers shared by the socket transport and the bootstrap: addresses, interface
-// selection with NCCL_SOCKET_IFNAME's grammar, an owning fd, and deadline-bounded blocking I/O.
+// TCP socket helpers shared by the socket and InfiniBand transports and the bootstrap: addresses,
+// interface selection with NCCL_SOCKET_IFNAME's grammar, an owning fd, nonblocking connects kept
+// across calls, and deadline-bounded blocking I/O (connect with retries, send and receive all).
 #pragma once
 
 #include <netinet/in.h>
@@ -7,7 +8,13 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "src/core/clock.h"
@@ -90,9 +97,96 @@ Result<bool> checkConnect(int fd);
 // Nonblocking accept: an invalid Fd when nothing is pending.
 Result<Fd> tryAccept(int listenFd, SockAddr* peer);
 
-// Blocking connect with retries until the deadline (the peer may not be listening yet).
+// What ends a blocking wait below before its deadline: either of two flags (an object's own abort
+// flag and its caller's, say) turning true. A null flag never does; a single pointer converts.
+class AbortFlags {
+ public:
+  AbortFlags(const std::atomic<bool>* a = nullptr,  // NOLINT(runtime/explicit): from a pointer
+             const std::atomic<bool>* b = nullptr)
+      : a_(a), b_(b) {}
+  bool raised() const {
+    return (a_ && a_->load(std::memory_order_acquire)) ||
+           (b_ && b_->load(std::memory_order_acquire));
+  }
+
+ private:
+  const std::atomic<bool>* a_;
+  const std::atomic<bool>* b_;
+};
+
+// Blocking connect with retries until the deadline (the peer may not be listening yet): kTimeout
+// (naming the last refusal) when the deadline passes, kAborted when abort is raised (seen within
+// 100 ms), any other failure to start a connect at once.
 Result<Fd> connectWithRetry(const SockAddr& addr, const Deadline& deadline,
-                            const std::atomic<bool>* abort = nullptr);
+                            AbortFlags abort = AbortFlags());
+
+// A listener's address and secret as the TCP-based transports carry them in a connect handle: H
+// is their plain handle struct (magic, secret, addrLen, addr; SocketHandle, IbHandle), written at
+// the start of the handle's bytes, the rest zero. Fails (kInternal) for an address that does not
+// fit H.
+template <typename H, size_t N>
+Status writeListenHandle(uint64_t magic, uint64_t secret, const SockAddr& addr,
+                         unsigned char (&bytes)[N]) {
+  static_assert(sizeof(H) <= N, "the handle struct does not fit the handle");
+  if (addr.len > sizeof(H::addr))
+    return LOOM_ERROR(kInternal, "address {} does not fit a handle", addr.toString());
+  H h{};
+  h.magic = magic;
+  h.secret = secret;
+  h.addrLen = addr.len;
+  std::memcpy(h.addr, &addr.ss, addr.len);
+  std::memset(bytes, 0, N);
+  std::memcpy(bytes, &h, sizeof(h));
+  return Status();
+}
+// Reads what writeListenHandle wrote into *h and the address into *addr; false when the bytes
+// are not a handle with this magic (another transport's, or garbage).
+template <typename H, size_t N>
+bool readListenHandle(uint64_t magic, const unsigned char (&bytes)[N], H* h, SockAddr* addr) {
+  static_assert(sizeof(H) <= N, "the handle struct does not fit the handle");
+  std::memcpy(h, bytes, sizeof(H));
+  if (h->magic != magic || h->addrLen == 0 || h->addrLen > sizeof(h->addr)) return false;
+  std::memcpy(&addr->ss, h->addr, h->addrLen);
+  addr->len = h->addrLen;
+  return true;
+}
+
+// The connects in progress of a transport whose connect() does not block (NCCL's contract: it
+// returns no comm until connected, and the caller calls again with the same handle). NCCL keeps
+// this state in the handle; ours is const, so each is kept per calling thread and handle bytes,
+// and different threads may connect concurrently. Pending must have a `Deadline deadline`: one
+// its caller abandoned is dropped (closing its sockets) by a later call once that has passed.
+// Thread-safe.
+template <typename Pending>
+class PendingConnects {
+ public:
+  // The connect this thread left pending with these handle bytes, or null (start one then).
+  std::unique_ptr<Pending> take(const void* handle, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_ptr<Pending> p;
+    auto it = pending_.find(key(handle, bytes));
+    if (it != pending_.end()) {
+      p = std::move(it->second);
+      pending_.erase(it);
+    }
+    for (auto a = pending_.begin(); a != pending_.end();)
+      a = a->second->deadline.expired() ? pending_.erase(a) : std::next(a);
+    return p;
+  }
+  // Keeps p, not yet connected, for this thread's next call with the same handle bytes.
+  void keep(const void* handle, size_t bytes, std::unique_ptr<Pending> p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_[key(handle, bytes)] = std::move(p);
+  }
+
+ private:
+  using Key = std::pair<std::thread::id, std::string>;
+  static Key key(const void* handle, size_t bytes) {
+    return Key(std::this_thread::get_id(), std::string(static_cast<const char*>(handle), bytes));
+  }
+  std::mutex mu_;
+  std::map<Key, std::unique_ptr<Pending>> pending_;
+};
 
 // Nonblocking partial I/O: bytes moved (0 if it would block), or an error; a peer that closed
 // the connection is an error (kRemote) "connection closed by peer".
@@ -101,12 +195,12 @@ Result<size_t> recvSome(int fd, void* data, size_t bytes);
 // sendSome over several buffers in one system call (sendmsg); same contract.
 Result<size_t> sendvSome(int fd, const struct iovec* iov, int count);
 
-// Moves all bytes on a nonblocking (or blocking) fd, polling until the deadline or until *abort
-// becomes true (checked at least every 100 ms).
+// Moves all bytes on a nonblocking (or blocking) fd, polling until the deadline (kTimeout) or until
+// abort is raised (kAborted; checked at least every 100 ms).
 Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
-               const std::atomic<bool>* abort = nullptr);
+               AbortFlags abort = AbortFlags());
 Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
-               const std::atomic<bool>* abort = nullptr);
+               AbortFlags abort = AbortFlags());
 
 // Random bytes from the kernel (getrandom), for secrets.
 uint64_t randomU64();

@@ -15,6 +15,7 @@
 
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "transports/ncclnet/nccl_result.h"
 #include "transports/net.h"
 #include "transports/select/select.h"
 
@@ -59,33 +60,10 @@ void toNcclLogger(LogLevel level, uint32_t subsys, const char* file, int line, c
   log(l, flags, file, line, "NET/Loom : %s", msg);
 }
 
-ncclResult_t toNccl(const Status& st) {
-  switch (st.code()) {
-    case Code::kOk:
-      return abi::ncclSuccess;
-    case Code::kCuda:
-      return abi::ncclUnhandledCudaError;
-    case Code::kSystem:
-      return abi::ncclSystemError;
-    case Code::kInvalidArgument:
-      return abi::ncclInvalidArgument;
-    case Code::kInvalidUsage:
-      return abi::ncclInvalidUsage;
-    case Code::kRemote:
-    case Code::kTimeout:  // a peer that stopped answering
-      return abi::ncclRemoteError;
-    case Code::kInternal:
-    case Code::kInProgress:
-    case Code::kAborted:
-      return abi::ncclInternalError;
-  }
-  return abi::ncclInternalError;
-}
-
 // Logs the failure of `what` with its cause and converts it.
 ncclResult_t fail(const char* what, const Status& st) {
   LOOM_WARN("{} failed: {}", what, st.message());
-  return toNccl(st);
+  return ncclnet::ncclResultOf(st);
 }
 
 // Runs f, turning any exception into an error code: nothing may unwind into NCCL.

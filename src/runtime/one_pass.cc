@@ -1,4 +1,4 @@
-#include "src/runtime/shared_direct.h"
+#include "src/runtime/one_pass.h"
 
 #include <sys/uio.h>
 #include <unistd.h>
@@ -39,12 +39,6 @@ static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
 // reached through system calls (process_vm_readv/writev), to spread their cost.
 constexpr size_t kTileBytes = 32 << 10;
 constexpr size_t kCmaTileBytes = 256 << 10;
-// Peers reached through process_vm_readv/writev: time over the mapped one pass, per rank count
-// (page pinning, the pass through the staging tile, and the pinned pages' reference counts
-// shared by n-1 readers). Calibrated on a 2-core Xeon VM with loom-perf, malloc against
-// loomMemAlloc buffers and against the model: 1.6 at 2 ranks, 2.7-4.9 (median 3.6) at 4.
-double cmaFactor(int n) { return 1.6 + 1.1 * (n - 2); }
-
 // How this rank reaches one buffer of one rank: a pointer in this address space (its own, a
 // thread's, or a mapping of a loomMemAlloc allocation), else an address in process `pid`.
 struct PeerBuf {
@@ -108,27 +102,14 @@ struct Layout {
 };
 
 Layout layoutOf(const OpArgs& op, int rank, int n) {
-  size_t es = dataTypeSize(op.dtype), c = op.count, un = static_cast<size_t>(n);
+  const size_t es = dataTypeSize(op.dtype);
+  const CollCounts c = collCounts(op.coll, op.count, n);
   Layout l;
-  switch (op.coll) {
-    case CollKind::kAllGather:
-      l.inBytes = c * es;
-      l.outBytes = un * c * es;
-      break;
-    case CollKind::kReduceScatter:
-      l.inBytes = un * c * es;
-      l.outBytes = c * es;
-      break;
-    case CollKind::kAllToAll:
-      l.inBytes = l.outBytes = un * c * es;
-      break;
-    default:
-      l.inBytes = l.outBytes = c * es;
-      break;
-  }
+  l.inBytes = c.input * es;
+  l.outBytes = c.output * es;
   // Buffers the collective never touches on this rank may be anything, even NULL.
-  if (op.coll == CollKind::kBroadcast && rank != op.root) l.usesIn = false;
-  if (op.coll == CollKind::kReduce && rank != op.root) l.usesOut = false;
+  l.usesIn = collUsesInput(op.coll, rank, op.root, op.isSend);
+  l.usesOut = collUsesOutput(op.coll, rank, op.root, op.isSend);
   return l;
 }
 
@@ -221,92 +202,7 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   }
 }
 
-double sharedDirectSeconds(Comm& comm, const OpArgs& op, bool cma) {
-  const Planner* planner = comm.planner();
-  if (!planner || planner->machine().memBytesPerSec <= 0) return -1;
-  const int n = comm.nranks();
-  const double es = static_cast<double>(dataTypeSize(op.dtype));
-  const double c = static_cast<double>(op.count), dn = static_cast<double>(n);
-  const double slice = std::ceil(c / dn) * es;  // one rank's share of a count-element buffer
-  double reads = 0, writes = 0;                 // by the busiest rank
-  switch (op.coll) {
-    case CollKind::kAllReduce:
-      reads = writes = dn * slice;
-      break;
-    case CollKind::kReduce:
-      reads = dn * slice;
-      writes = slice;
-      break;
-    case CollKind::kReduceScatter:
-      reads = dn * c * es;
-      writes = c * es;
-      break;
-    case CollKind::kAllGather:
-      reads = c * es;
-      writes = dn * c * es;
-      break;
-    case CollKind::kBroadcast:
-      reads = slice;
-      writes = dn * slice;
-      break;
-    case CollKind::kAllToAll:
-      reads = writes = dn * c * es;
-      break;
-    default:
-      return -1;
-  }
-  const CostMachine& m = planner->machine();
-  // A copy of b bytes (b read, b written) takes b / memBytesPerSec: traffic moves at twice that.
-  // Every rank works at once, so ranks of an oversubscribed host split its cores. Peers reached
-  // through process_vm_readv/writev cost more (cmaFactor).
-  double perRank = m.memBytesPerSec;
-  if (!m.hostMemBytesPerSec.empty() && m.hostMemBytesPerSec[0] > 0)
-    perRank = std::min(perRank, m.hostMemBytesPerSec[0] / static_cast<double>(n));
-  double seconds = (reads + writes) / (2 * perRank);
-  if (cma) seconds *= cmaFactor(n);
-  return seconds + 2 * m.intra.alphaSec;
-}
-
-SharedDirectChoice sharedDirectUse(Comm& comm, const OpArgs& op) {
-  const SharedDirectChoice none;
-  if (!comm.allLocal() || comm.nranks() < 2 || op.count == 0) return none;
-  if (op.coll == CollKind::kSendRecv || !params::kShmMapped.asBool()) return none;
-  // In place, an AllToAll's blocks would be overwritten before their owner sent them.
-  if (op.coll == CollKind::kAllToAll && op.inPlace) return none;
-  if (comm.shm()->options().llBytes < sizeof(Record)) return none;
-  // Where the planner runs the direct algorithm (LOOM_ALGO and LOOM_SHM_DIRECT_MAX apply); a
-  // forced ring stays a ring. Without the model, chooseAlgorithm's rules decide.
-  if (!params::kPlanner.asBool() || !comm.planner()) {
-    Result<std::string> algo = chooseAlgorithm(comm, op);
-    return algo.isOk() && algo.value() == "direct"
-               ? SharedDirectChoice{SharedDirectUse::kPlanned, -1}
-               : none;
-  }
-  // With it, the plan chooseAlgorithm would return (one lookup of the cached choice).
-  Result<std::shared_ptr<const AlgoFilter>> f = currentAlgoFilter(comm);
-  if (!f.isOk()) return none;
-  Result<Plan> plan = comm.planFor(planArgsOf(comm, op), dataTypeSize(op.dtype), *f.value());
-  if (!plan.isOk()) return none;
-  const bool priced = plan.value().source == std::string("model");
-  // Chosen by the model or by a tuning file, the direct schedule has its model price (when it
-  // could be priced): one pass through process_vm_readv/writev runs only below it, as it did
-  // when loom-tune measured "direct" forced.
-  if (plan.value().algorithm == "direct")
-    return {SharedDirectUse::kPlanned, plan.value().predictedSec};
-  // Elsewhere only when the model prefers one pass, LOOM_ALGO allows "direct", the size is within
-  // LOOM_SHM_DIRECT_MAX, single copy is on, and every pair of processes can reach each other's
-  // allocations.
-  size_t bytes = op.count * dataTypeSize(op.dtype);
-  if (!priced || params::kShmSingleCopy.asInt() < 1 ||
-      bytes > static_cast<size_t>(params::kShmDirectMax.asInt()) ||
-      !comm.shm()->everyPairCanReach() || !f.value()->allows(op.coll, "direct"))
-    return none;
-  double onePass = sharedDirectSeconds(comm, op, false);
-  if (onePass < 0 || onePass >= plan.value().predictedSec) return none;
-  return {SharedDirectUse::kCheaper, plan.value().predictedSec};
-}
-
-Status runSharedDirect(Comm* comm, const OpArgs& op, const SharedDirectChoice& choice, bool* ran) {
+Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* ran) {
   *ran = false;
   shm::Transport* t = comm->shm();
   const int n = comm->nranks(), me = comm->rank();
@@ -368,8 +264,8 @@ Status runSharedDirect(Comm* comm, const OpArgs& op, const SharedDirectChoice& c
                 (usesOut && cma(r, o, recs[o].outSerial));
     }
   // Priced for mapped buffers: still cheaper than the planner's schedule on these?
-  if (cmaUsed && choice.planSeconds >= 0 &&
-      sharedDirectSeconds(*comm, op, true) >= choice.planSeconds)
+  if (cmaUsed && decision.onePassLimitSec >= 0 &&
+      decision.onePassPlainSec >= decision.onePassLimitSec)
     return Status();
 
   // From here this rank may touch its peers' buffers: a peer that fails from now on waits until

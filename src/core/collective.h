@@ -1,0 +1,56 @@
+// The collectives and the one place where each one's buffer sizes are defined: every layer (the
+// C API's checks, dispatch, the paths, the schedule generators' buffer layouts, the planner) asks
+// here how many elements each buffer of a call holds and which buffers a rank touches.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+enum class CollKind : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv,  // point-to-point: built by the runtime, not by a generator
+};
+const char* collName(CollKind kind);
+// The collectives (every kind but SendRecv), in enum order.
+extern const CollKind kCollectives[6];
+// How LOOM_ALGO and tuning files name a collective: collName in lower case ("allreduce").
+std::string collSpecName(CollKind kind);
+// The collective whose collSpecName is name, ignoring case; false for any other name.
+bool collFromSpecName(const std::string& name, CollKind* out);
+
+// AllReduce, Reduce and ReduceScatter combine the ranks' data with an op.
+bool collReduces(CollKind kind);
+// Broadcast and Reduce have a root.
+bool collRooted(CollKind kind);
+
+// Elements of a rank's send buffer (input) and receive buffer (output) for one call. count is the
+// count the C call takes: AllReduce / Broadcast / Reduce: elements per rank; AllGather: sendcount;
+// ReduceScatter: recvcount; AllToAll: elements per peer; SendRecv: the message.
+struct CollCounts {
+  size_t input = 0;
+  size_t output = 0;
+};
+CollCounts collCounts(CollKind kind, size_t count, int nranks);
+// The size the tuning files, logs and nccl-tests' "size" column speak of, in elements: the larger
+// buffer (the whole buffer for AllGather, ReduceScatter and AllToAll).
+size_t collCallCount(CollKind kind, size_t count, int nranks);
+
+// Whether `rank` reads its send buffer / writes its receive buffer: a Broadcast's non-roots pass
+// no input, a Reduce's non-roots no output, a send has only an input and a receive only an output.
+bool collUsesInput(CollKind kind, int rank, int root, bool isSend);
+bool collUsesOutput(CollKind kind, int rank, int root, bool isSend);
+
+// In place, the smaller buffer is a block of the larger one: the offset (elements) of rank's
+// block. AllGather: the input is block `rank` of the output; ReduceScatter: the output is block
+// `rank` of the input; every other collective: the same buffer (0).
+size_t collInPlaceOffset(CollKind kind, size_t count, int rank);
+
+}  // namespace loom

@@ -1,0 +1,34 @@
+// The one pass over the peers' buffers, for collectives of a communicator whose ranks all share a
+// host and can reach each other's buffers (threads of one process by address, buffers from
+// loomMemAlloc by mapping, plain buffers of other processes with process_vm_readv/writev): no
+// messages, no staging. For an AllReduce each rank reduces its slice of every rank's input, in rank
+// order, and writes the result straight into every rank's output, so each byte of input is read
+// once and each byte of output written once: the least memory traffic any algorithm can have on
+// shared memory. Two flag rounds of the low-latency exchange frame it: the first publishes each
+// rank's buffers (and whether its peers can reach them: every rank must agree before anyone
+// touches a peer's memory), the second says every rank is done, so no rank returns while peers
+// still use its buffers. LOOM_SHM_MAPPED=0 turns it off.
+//
+// When it runs is dispatch's decision (src/runtime/dispatch.h, Path::kOnePass): where the planner
+// chose "direct", or where the model prices the one pass below the planner's choice. The buffers'
+// reach is known only in the first round, so a call on buffers some rank cannot reach (or reach
+// only through process_vm_readv/writev at a price above Decision::onePassLimitSec) pays that round
+// and falls back, on every rank, to the decision's schedule; the communicator then skips the next
+// attempts with a growing backoff (Comm::onePassAttemptDue).
+#pragma once
+
+#include "src/core/status.h"
+#include "src/runtime/dispatch.h"
+#include "src/runtime/executor.h"
+
+namespace loom {
+
+class Comm;
+
+// Runs op in one pass when every rank's buffers can be reached by its peers (and, where some are
+// reached through process_vm_readv/writev, the one pass still costs less than
+// decision.onePassLimitSec); *ran says whether it did (false: nothing happened on any rank; the
+// caller runs the decision's schedule). On failure the communicator is marked failed.
+Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* ran);
+
+}  // namespace loom

@@ -1,0 +1,30 @@
+// Runs calls the way dispatch decided (src/runtime/dispatch.h): the low-latency exchange, the one
+// pass over the peers' buffers (falling back to the decision's schedule when the buffers cannot be
+// reached), or the decision's schedule on the executor. The C API's calls and groups come here
+// once validated.
+#pragma once
+
+#include <vector>
+
+#include "src/core/memory_kind.h"
+#include "src/core/status.h"
+#include "src/runtime/dispatch.h"
+#include "src/runtime/executor.h"
+
+namespace loom {
+
+class Comm;
+
+// The kind of memory [p, p + bytes) lives in (host memory, or loomMemAlloc's).
+MemKind memKindOf(const void* p, size_t bytes);
+
+// The shape dispatch reads of op (grouped: one of several calls of a group), with the kinds of its
+// buffers.
+CallShape shapeOf(const OpArgs& op, int nranks, bool grouped);
+
+// Runs the calls (one call, or a group's calls, on one or several communicators) to completion.
+// A group of several calls runs on schedules, together; a single call takes its decision's path.
+// On failure the communicator involved is marked failed and the first error is returned.
+Status runCalls(const std::vector<QueuedOp>& calls);
+
+}  // namespace loom
