@@ -1,5 +1,6 @@
-// Socket transport: devices, registration, connection setup and its failure modes (refused
-// connects, strangers on the listener), concurrency across comms.
+// The socket transport's own tests (what every transport does is in net_conformance_test.cc):
+// devices, registration, argument checks, connection setup and its failure modes (refused
+// connects, strangers on the listener), several sockets per connection, concurrency across comms.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,20 +9,15 @@
 #include <atomic>
 #include <thread>
 
-#include "tests/transports/socket_test_util.h"
+#include "tests/transports/net_backends.h"
+#include "transports/socket/socket_util.h"
+#include "transports/socket/socket_wire.h"
 
 namespace loom {
 namespace {
 
+using namespace testing_util;  // NOLINT(build/namespaces): the transport tests' helpers
 using net::Transport;
-using testing_util::checkPattern;
-using testing_util::closePair;
-using testing_util::connectPair;
-using testing_util::drive;
-using testing_util::fillPattern;
-using testing_util::Pair;
-using testing_util::Req;
-using testing_util::ScopedEnv;
 
 std::unique_ptr<Transport> loTransport(ScopedEnv* env) {
   env->set("LOOM_SOCKET_IFNAME", "=lo");
@@ -30,17 +26,23 @@ std::unique_ptr<Transport> loTransport(ScopedEnv* env) {
 
 // One message through a connected pair, content checked.
 void exchange(Transport* t, const Pair& p, size_t size, uint64_t seed) {
-  std::vector<unsigned char> src(size), dst(size);
-  fillPattern(src.data(), size, seed);
-  Req s, r;
-  void* d = dst.data();
-  int tag = 1;
-  ASSERT_TRUE(t->irecv(p.recv, 1, &d, &size, &tag, nullptr, &r.handle).isOk());
-  ASSERT_TRUE(t->isend(p.send, src.data(), size, tag, nullptr, &s.handle).isOk());
-  ASSERT_TRUE(drive(t, {&s, &r}));
-  ASSERT_TRUE(s.status.isOk()) << s.status.message();
-  ASSERT_TRUE(r.status.isOk()) << r.status.message();
-  EXPECT_EQ(checkPattern(dst.data(), size, seed), -1);
+  roundTrip(Link{t, p.send, t, p.recv, nullptr}, size, size, 1, seed);
+}
+
+// The address and the secret a listener's handle carries.
+SockAddr handleAddr(const net::Handle& h) {
+  net::SocketHandle sh;
+  std::memcpy(&sh, h.bytes, sizeof(sh));
+  SockAddr a;
+  std::memcpy(&a.ss, sh.addr, sh.addrLen);
+  a.len = sh.addrLen;
+  return a;
+}
+
+uint64_t handleSecret(const net::Handle& h) {
+  net::SocketHandle sh;
+  std::memcpy(&sh, h.bytes, sizeof(sh));
+  return sh.secret;
 }
 
 TEST(SocketSetup, DevicesAndProperties) {
@@ -105,42 +107,35 @@ TEST(SocketSetup, RegisterMemory) {
   EXPECT_TRUE(t->deregMr(nullptr, mh).isOk());
 }
 
-TEST(SocketSetup, ConnectAcceptAlternatedInOneThread) {
-  ScopedEnv env;
-  auto t = loTransport(&env);
-  ASSERT_NE(t, nullptr);
-  net::Handle handle;
-  void* listen = nullptr;
-  ASSERT_TRUE(t->listen(0, &handle, &listen).isOk());
-  ASSERT_NE(listen, nullptr);
-  Pair p;
-  Deadline deadline(testing_util::kTestDeadlineMs);
-  while (p.send == nullptr || p.recv == nullptr) {
-    ASSERT_FALSE(deadline.expired());
-    if (!p.send) {
-      ASSERT_TRUE(t->connect(0, handle, &p.send).isOk());
-    }
-    if (!p.recv) {
-      ASSERT_TRUE(t->accept(listen, &p.recv).isOk());
-    }
-  }
-  exchange(t.get(), p, 12345, 1);
-  // A second connection to the same listener.
-  Pair q;
-  while (q.send == nullptr || q.recv == nullptr) {
-    ASSERT_FALSE(deadline.expired());
-    if (!q.send) {
-      ASSERT_TRUE(t->connect(0, handle, &q.send).isOk());
-    }
-    if (!q.recv) {
-      ASSERT_TRUE(t->accept(listen, &q.recv).isOk());
-    }
-  }
-  exchange(t.get(), q, 100, 2);
-  exchange(t.get(), p, 100, 3);
-  closePair(t.get(), &p);
-  closePair(t.get(), &q);
-  EXPECT_TRUE(t->closeListen(listen).isOk());
+TEST(SocketSetup, InvalidArguments) {
+  SocketBackend b(1, 0);
+  std::string skip;
+  ASSERT_TRUE(b.setUp(&skip).isOk());
+  Transport* t = b.transport();
+  Link l;
+  ASSERT_TRUE(b.open(&l).isOk());
+  void* r = nullptr;
+  EXPECT_EQ(t->isend(l.send, nullptr, 10, 0, nullptr, &r).code(), Code::kInvalidArgument);
+  EXPECT_EQ(r, nullptr);
+  void* null = nullptr;
+  size_t ten = 10;
+  int tag = 0;
+  EXPECT_EQ(t->irecv(l.recv, 1, &null, &ten, &tag, nullptr, &r).code(), Code::kInvalidArgument);
+  void* bufs[9] = {};
+  size_t sizes[9] = {};
+  int tags[9] = {};
+  EXPECT_EQ(t->irecv(l.recv, 9, bufs, sizes, tags, nullptr, &r).code(), Code::kInvalidArgument);
+  EXPECT_EQ(t->irecv(l.recv, 0, bufs, sizes, tags, nullptr, &r).code(), Code::kInvalidArgument);
+  // Wrong direction.
+  EXPECT_FALSE(t->isend(l.recv, bufs, 0, 0, nullptr, &r).isOk());
+  // Zero bytes at a null pointer are fine.
+  Req s, q;
+  ASSERT_TRUE(t->irecv(l.recv, 1, bufs, sizes, tags, nullptr, &q.handle).isOk());
+  ASSERT_TRUE(t->isend(l.send, nullptr, 0, 0, nullptr, &s.handle).isOk());
+  ASSERT_TRUE(drive(t, {&s, &q}));
+  EXPECT_TRUE(s.status.isOk() && q.status.isOk()) << s.status.message() << q.status.message();
+  EXPECT_EQ(q.sizes[0], 0u);
+  b.close(&l);
 }
 
 TEST(SocketSetup, DefaultDevice) {
@@ -201,10 +196,10 @@ TEST(SocketSetup, ConnectRefusedNamesTheAddress) {
   void* listen = nullptr;
   ASSERT_TRUE(t->listen(0, &handle, &listen).isOk());
   ASSERT_TRUE(t->closeListen(listen).isOk());
-  const std::string addr = testing_util::handleAddr(handle).toString();
+  const std::string addr = handleAddr(handle).toString();
   void* send = nullptr;
   Status st;
-  Deadline deadline(testing_util::kTestDeadlineMs);
+  Deadline deadline(kTestDeadlineMs);
   while (st.isOk() && send == nullptr && !deadline.expired()) st = t->connect(0, handle, &send);
   ASSERT_FALSE(st.isOk()) << "connect to a closed port succeeded";
   EXPECT_EQ(send, nullptr);
@@ -225,7 +220,7 @@ TEST(SocketSetup, ConnectWithForeignHandle) {
 
 // A raw TCP client of the listener, playing a stranger.
 Fd rawConnect(const net::Handle& handle) {
-  auto fd = connectWithRetry(testing_util::handleAddr(handle), Deadline(10000));
+  auto fd = connectWithRetry(handleAddr(handle), Deadline(10000));
   EXPECT_TRUE(fd.isOk()) << fd.status().message();
   return fd.isOk() ? std::move(fd).value() : Fd();
 }
@@ -266,14 +261,10 @@ TEST(SocketSetup, StrangersDoNotDisturbRealConnections) {
   char junk[64];
   std::memset(junk, 'G', sizeof(junk));
   ASSERT_EQ(::send(garbage.get(), junk, sizeof(junk), MSG_NOSIGNAL), ssize_t(sizeof(junk)));
-  net::SocketHello h{net::kSocketHelloMagic,
-                     testing_util::handleSecret(handle) + 1,
-                     42,
-                     net::kSocketWireVersion,
-                     0,
-                     1};
+  net::SocketHello h{
+      net::kSocketHelloMagic, handleSecret(handle) + 1, 42, net::kSocketWireVersion, 0, 1};
   ASSERT_EQ(::send(wrongSecret.get(), &h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
-  h.secret = testing_util::handleSecret(handle);
+  h.secret = handleSecret(handle);
   ASSERT_EQ(::send(halfHello.get(), &h, 10, MSG_NOSIGNAL), 10);
   halfHello.reset();  // closes mid-handshake
   std::vector<char> lots(1 << 20, 'x');
@@ -282,7 +273,7 @@ TEST(SocketSetup, StrangersDoNotDisturbRealConnections) {
   ::testing::internal::CaptureStderr();
   // A real connection in their midst.
   Pair p;
-  Deadline deadline(testing_util::kTestDeadlineMs);
+  Deadline deadline(kTestDeadlineMs);
   while (p.send == nullptr || p.recv == nullptr) {
     ASSERT_FALSE(deadline.expired());
     if (!p.send) {
@@ -328,12 +319,8 @@ TEST(SocketSetup, SilentStrangerDroppedAfterHandshakeDeadline) {
   Fd silent = rawConnect(handle);
   // A stranger with the right secret that announces 2 sockets and brings 1.
   Fd partial = rawConnect(handle);
-  net::SocketHello h{net::kSocketHelloMagic,
-                     testing_util::handleSecret(handle),
-                     77,
-                     net::kSocketWireVersion,
-                     0,
-                     2};
+  net::SocketHello h{
+      net::kSocketHelloMagic, handleSecret(handle), 77, net::kSocketWireVersion, 0, 2};
   ASSERT_EQ(::send(partial.get(), &h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
   Pair p;
   ::testing::internal::CaptureStderr();
@@ -357,7 +344,7 @@ TEST(SocketSetup, WaitActivityWakesForListener) {
   std::atomic<bool> connected{false};
   void* send = nullptr;
   std::thread connector([&] {
-    Deadline deadline(testing_util::kTestDeadlineMs);
+    Deadline deadline(kTestDeadlineMs);
     while (send == nullptr && !deadline.expired()) {
       if (!t->connect(0, handle, &send).isOk()) break;
       if (!send) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -365,7 +352,7 @@ TEST(SocketSetup, WaitActivityWakesForListener) {
     connected.store(send != nullptr, std::memory_order_release);
   });
   void* recv = nullptr;
-  Deadline deadline(testing_util::kTestDeadlineMs);
+  Deadline deadline(kTestDeadlineMs);
   while (recv == nullptr && !deadline.expired()) {
     t->waitActivity(nullptr, 0, listen, 1000);
     ASSERT_TRUE(t->accept(listen, &recv).isOk());
@@ -394,7 +381,7 @@ void concurrentComms(int nthreads) {
   std::atomic<int> failures{0};
   for (int k = 0; k < kPairs; ++k) {
     senders.emplace_back([&, k] {
-      Deadline deadline(testing_util::kTestDeadlineMs);
+      Deadline deadline(kTestDeadlineMs);
       while (sends[k] == nullptr && !deadline.expired())
         if (!t->connect(0, handle, &sends[k]).isOk()) break;
       if (!sends[k]) {
@@ -423,7 +410,7 @@ void concurrentComms(int nthreads) {
     });
   }
   std::vector<void*> recvs(kPairs, nullptr);
-  Deadline deadline(testing_util::kTestDeadlineMs);
+  Deadline deadline(kTestDeadlineMs);
   for (int got = 0; got < kPairs && !deadline.expired();) {
     void* recv = nullptr;
     ASSERT_TRUE(t->accept(listen, &recv).isOk());

@@ -37,6 +37,11 @@ ncclResult_t ncclResultOf(Code code) {
   return ncclInternalError;  // kInProgress, kAborted
 }
 
+ncclResult_t ncclResultOf(const Status& st) {
+  if (st.cause() == Cause::kMismatch) return ncclInvalidUsage;
+  return ncclResultOf(st.code());
+}
+
 Code codeOfNcclResult(ncclResult_t rc) {
   const ResultRow* r = rowOf(rc);
   return r ? r->code : Code::kInternal;

@@ -12,7 +12,10 @@ namespace ncclnet {
 // What NCCL is told about a Loom failure: the same kind where NCCL has one, ncclRemoteError for a
 // timeout (a peer that stopped answering), else ncclInternalError.
 ncclabi::ncclResult_t ncclResultOf(Code code);
-inline ncclabi::ncclResult_t ncclResultOf(const Status& st) { return ncclResultOf(st.code()); }
+// The same, except that a message that does not fit its receive (Cause::kMismatch: another tag,
+// more bytes) is ncclInvalidUsage, the calls of the two sides not matching, rather than
+// ncclRemoteError, which NCCL reserves for a network error or a peer that went away.
+ncclabi::ncclResult_t ncclResultOf(const Status& st);
 
 // The Loom code of an NCCL result (kInternal for any NCCL has no Loom kind for, and for
 // ncclInProgress, which no net call may return).

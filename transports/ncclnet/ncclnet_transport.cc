@@ -374,11 +374,15 @@ class PluginTransport final : public net::Transport {
       tLastWarn.clear();
     }
     // NCCL defines ncclRemoteError as a network error or a remote process that exited early:
-    // the peer went away, as far as the caller can tell.
+    // the peer went away, as far as the caller can tell. ncclInvalidUsage from a call that moves
+    // data is the two sides' calls not matching (Loom's own plugin says so for a message that
+    // does not fit its receive: nccl_result.h).
     Status st(ncclnet::codeOfNcclResult(rc),
               fmt::format("{}: {} failed: {} ({}){}", describe(), what, ncclnet::ncclResultName(rc),
                           static_cast<int>(rc), said));
-    return rc == ncclabi::ncclRemoteError ? st.withCause(Cause::kPeerGone) : st;
+    if (rc == ncclabi::ncclRemoteError) return st.withCause(Cause::kPeerGone);
+    if (rc == ncclabi::ncclInvalidUsage) return st.withCause(Cause::kMismatch);
+    return st;
   }
 
   Status checkDev(int dev) const {

@@ -864,7 +864,8 @@ Status Transport::closeSend(void*) { return Status(); }
 Status Transport::closeRecv(void*) { return Status(); }
 Status Transport::closeListen(void*) { return Status(); }
 
-Status Transport::getProperties(int, net::Properties* props) const {
+Status Transport::getProperties(int dev, net::Properties* props) const {
+  if (dev != 0) return LOOM_ERROR(kInvalidArgument, "shm: device {} of 1", dev);
   props->name = "shm";
   props->ptrSupport = net::kPtrHost;
   props->latencyUs = 0.2f;

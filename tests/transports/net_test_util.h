@@ -1,8 +1,12 @@
-// Helpers for the socket-transport tests: environment overrides, connection setup alternating
-// connect and accept in one thread (the NCCL pattern), and bounded request driving.
+// Helpers for the tests of every net::Transport (the conformance suite and each backend's own
+// file): environment overrides, message patterns, connection setup alternating connect and accept
+// in one thread (the NCCL pattern), bounded request driving, and child processes that are this
+// test binary started afresh.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -17,9 +21,6 @@
 #include "src/core/clock.h"
 #include "src/core/params.h"
 #include "transports/net.h"
-#include "transports/socket/socket_transport.h"
-#include "transports/socket/socket_util.h"
-#include "transports/socket/socket_wire.h"
 
 namespace loom {
 namespace testing_util {
@@ -123,18 +124,38 @@ inline void closePair(net::Transport* t, Pair* p) {
   p->send = p->recv = nullptr;
 }
 
-// A posted request and, once tested to completion, its outcome.
+// The widest grouped receive any transport takes (NCCL_NET_MAX_REQUESTS).
+constexpr int kMaxGroup = 8;
+
+// A posted request and, once tested to completion, its outcome. t: the transport it was posted
+// on, where it is not the one drive() is given (shm: each rank has its own).
 struct Req {
   void* handle = nullptr;
+  net::Transport* t = nullptr;
   bool finished = false;
   Status status;
-  size_t sizes[net::kSocketMaxRecvs] = {};
+  size_t sizes[kMaxGroup] = {};
 };
 
+// Sleeps until one of the waiting requests may progress, or up to timeoutMs. Requests of several
+// transports (two ranks driven by one thread) are not waited for: each transport's nap would
+// wait for what only the other's progress brings.
+inline void nap(net::Transport* t, const std::vector<Req*>& waiting, int timeoutMs) {
+  std::vector<void*> handles;
+  net::Transport* on = nullptr;
+  for (Req* r : waiting) {
+    net::Transport* rt = r->t ? r->t : t;
+    if (on != nullptr && rt != on) return;
+    on = rt;
+    handles.push_back(r->handle);
+  }
+  if (on) on->waitActivity(handles.data(), static_cast<int>(handles.size()), nullptr, timeoutMs);
+}
+
 // Tests every unfinished request round-robin until all have finished (done or error) or the
-// deadline passes (then returns false). Sleeps in waitActivity when nothing moved.
-// `extra` requests are tested too (without progress calls on their comms, the bytes of a
-// caller-progressed comm do not move) but need not finish.
+// deadline passes (then returns false). Naps when nothing moved. t: the transport of requests
+// whose own t is null. `extra` requests are tested too (without progress calls on their comms,
+// the bytes of a caller-progressed comm do not move) but need not finish.
 inline bool drive(net::Transport* t, std::vector<Req*> reqs, int64_t timeoutMs = kTestDeadlineMs,
                   std::vector<Req*> extra = {}) {
   Deadline deadline(timeoutMs);
@@ -142,23 +163,23 @@ inline bool drive(net::Transport* t, std::vector<Req*> reqs, int64_t timeoutMs =
   reqs.insert(reqs.end(), extra.begin(), extra.end());
   while (true) {
     bool all = true, progressed = false;
-    std::vector<void*> waiting;
+    std::vector<Req*> waiting;
     for (size_t k = 0; k < reqs.size(); ++k) {
       Req* r = reqs[k];
       if (r->finished) continue;
       int done = 0;
-      r->status = t->test(r->handle, &done, r->sizes);
+      r->status = (r->t ? r->t : t)->test(r->handle, &done, r->sizes);
       if (!r->status.isOk() || done) {
         r->finished = true;
         progressed = true;
       } else {
         if (k < required) all = false;
-        waiting.push_back(r->handle);
+        waiting.push_back(r);
       }
     }
     if (all) return true;
     if (deadline.expired()) return false;
-    if (!progressed) t->waitActivity(waiting.data(), static_cast<int>(waiting.size()), nullptr, 1);
+    if (!progressed) nap(t, waiting, 1);
   }
 }
 
@@ -174,26 +195,10 @@ inline Status postRetry(net::Transport* t, PostFn&& post, void** request,
     for (Req* r : others) {
       if (r->finished) continue;
       int done = 0;
-      r->status = t->test(r->handle, &done, r->sizes);
+      r->status = (r->t ? r->t : t)->test(r->handle, &done, r->sizes);
       if (!r->status.isOk() || done) r->finished = true;
     }
   }
-}
-
-// Address a listener's handle points at.
-inline SockAddr handleAddr(const net::Handle& h) {
-  net::SocketHandle sh;
-  std::memcpy(&sh, h.bytes, sizeof(sh));
-  SockAddr a;
-  std::memcpy(&a.ss, sh.addr, sh.addrLen);
-  a.len = sh.addrLen;
-  return a;
-}
-
-inline uint64_t handleSecret(const net::Handle& h) {
-  net::SocketHandle sh;
-  std::memcpy(&sh, h.bytes, sizeof(sh));
-  return sh.secret;
 }
 
 // Starts this test binary afresh as a child process, with var=value added to the caller's
@@ -220,6 +225,38 @@ inline pid_t spawnSelf(const char* var, const std::string& value, int closeInChi
   }
   return pid;
 }
+
+// A child process (from spawnSelf) that goes with the test: killed and reaped on destruction,
+// whatever assertion ended the test. Left alive, it would keep the test's output pipe open and
+// ctest would wait for it until its timeout.
+struct ChildProcess {
+  pid_t pid = -1;  // -1 once reaped
+  int status = 0;  // its wait status, once reaped
+  ChildProcess() = default;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { kill(); }
+  // SIGKILL unless reaped already, and reap; the wait status.
+  int kill() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      pid = -1;
+    }
+    return status;
+  }
+  // True (and reaped) once it has exited.
+  bool exited() {
+    if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) pid = -1;
+    return pid < 0;
+  }
+  // The wait status once it exits, waiting at most timeoutMs (then kills it).
+  int reap(int64_t timeoutMs) {
+    Deadline deadline(timeoutMs);
+    while (!exited() && !deadline.expired()) ::usleep(1000);
+    return kill();
+  }
+};
 
 }  // namespace testing_util
 }  // namespace loom
