@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -331,12 +332,19 @@ std::string formatParams() {
   return out;
 }
 
+namespace {
+std::atomic<uint64_t> gGeneration{1};
+}  // namespace
+
 void reloadParams() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   c.env.clear();
   c.ints.clear();
+  gGeneration.fetch_add(1, std::memory_order_acq_rel);
   logReconfigure();
 }
+
+uint64_t paramsGeneration() { return gGeneration.load(std::memory_order_acquire); }
 
 }  // namespace loom

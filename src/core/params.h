@@ -47,6 +47,9 @@ std::vector<ParamValue> allParams();
 // Text table of allParams(), as `--params` prints it.
 std::string formatParams();
 void reloadParams();
+// Incremented by every reloadParams(): a reader that caches values derived from parameters
+// rereads them when it changes.
+uint64_t paramsGeneration();
 
 // Parses "64", "64K", "1M", "2G" (binary). False on malformed text.
 bool parseSize(const std::string& text, int64_t* out);

@@ -207,7 +207,7 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
     tGroup.ops.push_back(q);
     return Status();
   }
-  return runCalls({q});
+  return runCall(c, a);
 }
 
 Status runGroup(std::vector<QueuedOp> ops) {

@@ -478,7 +478,10 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
   return filter;
 }
 
-DispatchFacts Comm::dispatchFacts(const AlgoFilter* filter, bool explain) {
+Result<const DispatchFacts*> Comm::dispatchFacts() {
+  const uint64_t gen = paramsGeneration();
+  if (gen == factsGeneration_) return &facts_;
+  LOOM_ASSIGN(factsFilter_, algoFilter());
   DispatchFacts f;
   f.nranks = nranks_;
   f.allLocal = allLocal();
@@ -490,27 +493,30 @@ DispatchFacts Comm::dispatchFacts(const AlgoFilter* filter, bool explain) {
   f.singleCopy = params::kShmSingleCopy.asInt() >= 1;
   f.directMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kShmDirectMax.asInt()));
   f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
-  f.filter = filter;
-  f.explain = explain;
+  f.filter = factsFilter_.get();
   if (planner_) f.machine = &planner_->machine();
   if (planner_ && params::kPlanner.asBool())
     f.plan = [this](const CollArgs& args, size_t elemSize, const AlgoFilter& fil) {
       return planFor(args, elemSize, fil);
     };
-  return f;
+  facts_ = std::move(f);
+  factsGeneration_ = gen;
+  return &facts_;
 }
 
 Result<Decision> Comm::decide(const CallShape& call, bool explain) {
-  LOOM_ASSIGN(std::shared_ptr<const AlgoFilter> filter, algoFilter());
+  LOOM_ASSIGN(const DispatchFacts* facts, dispatchFacts());
   const bool log = rank_ == 0 && logEnabled(LogLevel::kInfo, kSubPlan);
-  DispatchFacts f = dispatchFacts(filter.get(), explain);
-  f.detail = log;
+  if (!explain && !log) return dispatch(call, *facts);
+  DispatchFacts f = *facts;
+  f.explain = explain;
+  f.detail = true;
   LOOM_ASSIGN(Decision d, dispatch(call, f));
   if (log && !explain) {
     // Once per call shape (and filter): the line the planner's choices are read from.
     std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", static_cast<int>(call.coll), call.count,
                                   dataTypeSize(call.dtype), call.root, call.inPlace, call.grouped,
-                                  filter->spec());
+                                  f.filter->spec());
     std::lock_guard<std::mutex> lk(planMu_);
     if (planLogged_.size() > 4096) planLogged_.clear();
     if (planLogged_.insert(key).second)

@@ -122,12 +122,17 @@ class Comm {
   Result<std::shared_ptr<const Plan>> planFor(const CollArgs& args, size_t elemSize,
                                               const AlgoFilter& filter);
   // loomCommSetAlgo: this communicator's algorithm filter in place of LOOM_ALGO's (null: none).
-  void setAlgoOverride(std::shared_ptr<const AlgoFilter> f) { algoOverride_ = std::move(f); }
+  void setAlgoOverride(std::shared_ptr<const AlgoFilter> f) {
+    algoOverride_ = std::move(f);
+    factsGeneration_ = 0;  // the facts hold the filter: rebuild them
+  }
   // The algorithm filter in force: loomCommSetAlgo's, else LOOM_ALGO's (parsed once per distinct
   // value; an error names a bad spec).
   Result<std::shared_ptr<const AlgoFilter>> algoFilter() const;
-  // What dispatch reads of this communicator (src/runtime/dispatch.h), as of now.
-  DispatchFacts dispatchFacts(const AlgoFilter* filter, bool explain);
+  // What dispatch reads of this communicator (src/runtime/dispatch.h): built once and again only
+  // when the parameters are reloaded or loomCommSetAlgo changes the filter. Errors: a bad
+  // LOOM_ALGO.
+  Result<const DispatchFacts*> dispatchFacts();
   // dispatch() for call on this communicator (the planner's plans are cached per call shape),
   // logged at rank 0 once per call shape (LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=PLAN).
   Result<Decision> decide(const CallShape& call, bool explain = false);
@@ -217,6 +222,9 @@ class Comm {
   std::map<std::string, std::shared_ptr<const Plan>> planChoices_;  // by call shape and filter
   std::set<std::string> planLogged_;                // call shapes whose decision rank 0 logged
   std::shared_ptr<const AlgoFilter> algoOverride_;  // loomCommSetAlgo; used by the calling thread
+  DispatchFacts facts_;                             // dispatchFacts()
+  std::shared_ptr<const AlgoFilter> factsFilter_;   // the filter facts_ points to
+  uint64_t factsGeneration_ = 0;                    // paramsGeneration() facts_ was built at
 };
 
 }  // namespace loom

@@ -123,6 +123,13 @@ double onePassSeconds(const CostMachine& m, const CallShape& call, int n, bool c
   return seconds + 2 * m.intra.alphaSec;
 }
 
+bool lowLatencyTakes(const CallShape& call, const DispatchFacts& f) {
+  const MemKindSet ok = pathAccepts(Path::kLowLatency);
+  return f.allLocal && f.nranks >= 2 && !call.grouped && call.count > 0 &&
+         call.coll != CollKind::kSendRecv && accepts(ok, call.sendKind) &&
+         accepts(ok, call.recvKind) && lowLatencyBytes(call, call.root, f.nranks) <= f.llMaxBytes;
+}
+
 Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
   Decision d;
   if (!f.filter) return LOOM_ERROR(kInternal, "dispatch without an algorithm filter");
@@ -146,7 +153,8 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
     if (call.count == 0) return "empty";
     return "";
   };
-  auto add = [&](Path p, bool eligible, double seconds, const std::function<std::string()>& why) {
+  // why is evaluated only with detail: the calls themselves build no strings.
+  auto add = [&](Path p, bool eligible, double seconds, auto&& why) {
     if (!detail) return;
     PathOffer o;
     o.path = p;
@@ -160,7 +168,7 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
   const char* common = localWhy();
   const size_t llBytes = *common ? 0 : lowLatencyBytes(call, call.root, n);
   const bool llKinds = takes(Path::kLowLatency);
-  const bool ll = !*common && llKinds && llBytes <= f.llMaxBytes;
+  const bool ll = lowLatencyTakes(call, f);
   const double llSec = detail && f.machine && !p2p ? lowLatencySeconds(*f.machine, call, n) : -1;
   add(Path::kLowLatency, ll, llSec, [&]() -> std::string {
     if (ll) return "a protocol: runs where eligible";

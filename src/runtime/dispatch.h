@@ -130,6 +130,11 @@ CollArgs planArgsOf(const CallShape& call, int nranks);
 // rounds; cma: some buffers are reached through process_vm_readv/writev. < 0 without a model.
 double onePassSeconds(const CostMachine& machine, const CallShape& call, int nranks, bool cma);
 
+// The low-latency exchange's offer, the first dispatch() asks: true when it takes call (then
+// dispatch() decides Path::kLowLatency). The runtime asks it first for a call outside a group, so
+// that the small calls the exchange takes pay nothing else (no Decision is built).
+bool lowLatencyTakes(const CallShape& call, const DispatchFacts& facts);
+
 // The bytes each rank contributes to the low-latency exchange for call (the root's for a
 // Broadcast, whose size decides for every rank).
 size_t lowLatencyBytes(const CallShape& call, int rank, int nranks);

@@ -9,12 +9,12 @@
 
 namespace loom {
 
-Status runLowLatency(Comm* comm, const OpArgs& op) {
+Status runLowLatency(Comm* comm, const OpArgs& op, const CallShape& shape) {
   shm::Transport* t = comm->shm();
   int n = comm->nranks();
   int me = comm->rank();
   size_t es = dataTypeSize(op.dtype);
-  size_t bytes = lowLatencyBytes(shapeOf(op, n, false), me, n);
+  size_t bytes = lowLatencyBytes(shape, me, n);
   uint64_t seq = comm->nextLlSeq();
   uint64_t signature = opSignature(op);
   if (bytes) std::memcpy(t->llBuffer(me, seq), op.sendbuff, bytes);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "src/core/status.h"
+#include "src/runtime/dispatch.h"
 #include "src/runtime/executor.h"
 
 namespace loom {
@@ -14,6 +15,7 @@ class Comm;
 
 // Runs op on the low-latency path (where dispatch chose Path::kLowLatency: src/runtime/dispatch.h
 // decides when it is eligible). On failure the communicator is marked failed.
-Status runLowLatency(Comm* comm, const OpArgs& op);
+// shape: op's (run.h, shapeOf).
+Status runLowLatency(Comm* comm, const OpArgs& op, const CallShape& shape);
 
 }  // namespace loom

@@ -30,27 +30,37 @@ CallShape shapeOf(const OpArgs& op, int nranks, bool grouped) {
   return s;
 }
 
+Status runCall(Comm* comm, const OpArgs& op) {
+  const CallShape shape = shapeOf(op, comm->nranks(), /*grouped=*/false);
+  // The exchange's offer first: a small call it takes is decided without building a Decision.
+  LOOM_ASSIGN(const DispatchFacts* facts, comm->dispatchFacts());
+  if (lowLatencyTakes(shape, *facts)) return runLowLatency(comm, op, shape);
+  LOOM_ASSIGN(Decision d, comm->decide(shape));
+  switch (d.path) {
+    case Path::kLowLatency:
+      return runLowLatency(comm, op, shape);
+    case Path::kOnePass:
+      if (comm->onePassAttemptDue()) {
+        bool ran = false;
+        LOOM_TRY(runOnePass(comm, op, d, &ran));
+        comm->noteOnePassAttempt(ran);
+        if (ran) return Status();
+      }
+      break;
+    case Path::kSchedule:
+      break;
+  }
+  return executeOps({QueuedOp{comm, op, std::move(d.algorithm)}});
+}
+
 Status runCalls(const std::vector<QueuedOp>& calls) {
   if (calls.empty()) return Status();
-  const bool grouped = calls.size() > 1;
+  if (calls.size() == 1) return runCall(calls[0].comm, calls[0].args);
   std::vector<QueuedOp> scheduled;
   scheduled.reserve(calls.size());
   for (const QueuedOp& q : calls) {
-    Comm* comm = q.comm;
-    Result<Decision> d = comm->decide(shapeOf(q.args, comm->nranks(), grouped));
-    if (!d.isOk()) {
-      comm->fail(d.status());
-      return d.status();
-    }
-    const Decision& dec = d.value();
-    if (dec.path == Path::kLowLatency) return runLowLatency(comm, q.args);
-    if (dec.path == Path::kOnePass && comm->onePassAttemptDue()) {
-      bool ran = false;
-      LOOM_TRY(runOnePass(comm, q.args, dec, &ran));
-      comm->noteOnePassAttempt(ran);
-      if (ran) return Status();
-    }
-    scheduled.push_back({comm, q.args, dec.algorithm});
+    LOOM_ASSIGN(Decision d, q.comm->decide(shapeOf(q.args, q.comm->nranks(), /*grouped=*/true)));
+    scheduled.push_back({q.comm, q.args, std::move(d.algorithm)});
   }
   return executeOps(scheduled);
 }

@@ -22,9 +22,12 @@ MemKind memKindOf(const void* p, size_t bytes);
 // buffers.
 CallShape shapeOf(const OpArgs& op, int nranks, bool grouped);
 
-// Runs the calls (one call, or a group's calls, on one or several communicators) to completion.
-// A group of several calls runs on schedules, together; a single call takes its decision's path.
-// On failure the communicator involved is marked failed and the first error is returned.
+// Runs one call (not in a group, or alone in one) along its decision's path, to completion.
+// On failure the communicator is marked failed and the error returned.
+Status runCall(Comm* comm, const OpArgs& op);
+// Runs the calls of a group (on one or several communicators) to completion: several calls run
+// on their schedules, together; a single one as runCall. On failure the communicator involved
+// is marked failed and the first error is returned.
 Status runCalls(const std::vector<QueuedOp>& calls);
 
 }  // namespace loom
