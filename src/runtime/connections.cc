@@ -59,6 +59,24 @@ void Connections::buildTable(const std::vector<net::Transport*>& transports, int
     }
 }
 
+MemKindSet Connections::acceptedKinds() const {
+  MemKindSet kinds = static_cast<MemKindSet>(~0u);
+  std::vector<net::Transport*> seen;
+  for (const auto& row : table_)
+    for (net::Transport* t : row) {
+      if (!t || std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+      seen.push_back(t);
+      net::Properties props;
+      MemKindSet k = 0;
+      if (t->getProperties(0, &props).isOk()) {
+        if (props.ptrSupport & net::kPtrHost) k |= kHostKinds;
+        if (props.ptrSupport & net::kPtrCuda) k |= memKindBit(MemKind::kCudaDevice);
+      }
+      kinds &= k;
+    }
+  return seen.empty() ? kHostKinds : kinds;
+}
+
 net::Transport* Connections::transportFor(int peer, int channel) const {
   if (peer < 0 || peer >= static_cast<int>(table_.size())) return net_;
   const auto& row = table_[peer];

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/core/memory_kind.h"
 #include "src/core/status.h"
 #include "transports/net.h"
 
@@ -40,6 +41,8 @@ class Connections {
   // The transport for (peer, channel): the table's; channels past the table's take its last.
   net::Transport* transportFor(int peer, int channel) const;
   net::Transport* network() const { return net_; }
+  // The memory kinds every transport of the table accepts (from net::Properties::ptrSupport).
+  MemKindSet acceptedKinds() const;
   void* listenComm() const { return listenComm_; }
 
   // Nonblocking: the transport comm once the connection to / from (peer, channel) is usable,

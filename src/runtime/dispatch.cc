@@ -62,7 +62,7 @@ const char* pathName(Path p) {
 
 MemKindSet pathAccepts(Path p) {
   (void)p;
-  return kHostKinds;  // every path of this build moves host memory only
+  return kHostKinds;  // the CPU copies and reduces what these paths move
 }
 
 CollArgs planArgsOf(const CallShape& call, int nranks) {
@@ -138,7 +138,7 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
   const bool p2p = call.coll == CollKind::kSendRecv;
   const bool detail = f.explain || f.detail;
   auto takes = [&](Path p) {
-    MemKindSet ok = pathAccepts(p);
+    MemKindSet ok = p == Path::kSchedule ? f.scheduleKinds : pathAccepts(p);
     return accepts(ok, call.sendKind) && accepts(ok, call.recvKind);
   };
   auto kinds = [&] {
@@ -185,8 +185,8 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
   // 2. The schedule: the planner's algorithm (or the fixed rule).
   if (!takes(Path::kSchedule))
     return LOOM_ERROR(kInvalidArgument,
-                      "{} on {}: no path of this build takes them (device memory needs a CUDA "
-                      "build of Loom)",
+                      "{} on {}: no path takes them (the communicator's transports and executor "
+                      "move host memory only; device memory needs a CUDA build of Loom)",
                       collName(call.coll), kinds());
   if (p2p) {
     d.algorithm = "p2p";

@@ -46,7 +46,9 @@ enum class Path : uint8_t { kLowLatency, kOnePass, kSchedule };
 // "low-latency", "one-pass", "schedule": the names loomPlanInfo_t.path, logs and docs use.
 const char* pathName(Path p);
 
-// What the memory of each path can be (the CUDA build adds device memory to the schedule path).
+// The memory kinds the low-latency exchange and the one pass take: host memory (the CPU copies and
+// reduces it). The schedule path takes what the communicator's transports and its executor take
+// (DispatchFacts::scheduleKinds).
 MemKindSet pathAccepts(Path p);
 
 // The call, as every rank sees it.
@@ -74,6 +76,9 @@ struct DispatchFacts {
   bool singleCopy = false;    // LOOM_SHM_SINGLE_COPY >= 1
   size_t directMaxBytes = 0;  // LOOM_SHM_DIRECT_MAX
   size_t rdMaxBytes = 0;      // LOOM_ALLREDUCE_RD_MAX (the fixed rule)
+  // What the schedule path takes: the kinds every transport of the communicator's table accepts
+  // (net::Properties::ptrSupport), within what its executor's copies and reductions take.
+  MemKindSet scheduleKinds = kHostKinds;
   const AlgoFilter* filter = nullptr;    // LOOM_ALGO or loomCommSetAlgo (never null)
   const CostMachine* machine = nullptr;  // the cost model's machine (null: no model)
   // The planner's choice for a call under a filter (Comm::planFor caches Planner::choose); empty:

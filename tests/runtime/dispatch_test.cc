@@ -247,11 +247,22 @@ TEST(Dispatch, MemoryKindsThatNoPathTakesAreRefused) {
   // Small device calls are refused too (the exchange copies with the CPU).
   dev.count = 16;
   EXPECT_FALSE(dispatch(dev, w.facts).isOk());
-  for (Path p : {Path::kLowLatency, Path::kOnePass, Path::kSchedule}) {
+  for (Path p : {Path::kLowLatency, Path::kOnePass}) {
     EXPECT_TRUE(accepts(pathAccepts(p), MemKind::kHost)) << pathName(p);
     EXPECT_TRUE(accepts(pathAccepts(p), MemKind::kHostShared)) << pathName(p);
     EXPECT_FALSE(accepts(pathAccepts(p), MemKind::kCudaDevice)) << pathName(p);
   }
+  // Where the transports and the executor take device memory (the CUDA build), the schedule path
+  // takes it and the host-only paths step aside, even for a small call.
+  w.facts.scheduleKinds = kHostKinds | memKindBit(MemKind::kCudaDevice);
+  Result<Decision> small = dispatch(dev, w.facts);
+  ASSERT_TRUE(small.isOk()) << small.status().message();
+  EXPECT_EQ(small.value().path, Path::kSchedule);
+  EXPECT_FALSE(lowLatencyTakes(dev, w.facts));
+  dev.count = 1 << 20;
+  Result<Decision> large = dispatch(dev, w.facts);
+  ASSERT_TRUE(large.isOk());
+  EXPECT_EQ(large.value().path, Path::kSchedule);
 }
 
 TEST(Dispatch, SourcesModelFilterTuningAndRule) {
