@@ -20,6 +20,7 @@
 #include "src/runtime/calibrate.h"
 #include "src/runtime/executor.h"
 #include "transports/select/select.h"
+#include "transports/shm/host_group.h"
 
 namespace loom {
 
@@ -478,6 +479,8 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
   return filter;
 }
 
+bool Comm::allLocal() const { return shm_ && shm_->area().nlocal() == nranks_; }
+
 Result<const DispatchFacts*> Comm::dispatchFacts() {
   const uint64_t gen = paramsGeneration();
   if (gen == factsGeneration_) return &facts_;
@@ -487,13 +490,15 @@ Result<const DispatchFacts*> Comm::dispatchFacts() {
   f.allLocal = allLocal();
   f.llMaxBytes = llMax_;
   // The one pass publishes a 64-byte record in the low-latency buffers (one_pass.cc).
-  f.onePassOn = shm_ && params::kShmMapped.asBool() && shm_->options().llBytes >= 64;
+  f.onePassOn = shm_ && params::kShmMapped.asBool() && shm_->area().options().llBytes >= 64;
   f.onePassReach = onePassReach_;
   f.oneProcess = oneProcess_;
   f.singleCopy = params::kShmSingleCopy.asInt() >= 1;
   f.directMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kShmDirectMax.asInt()));
   f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
   f.filter = factsFilter_.get();
+  // The executor copies and reduces with the CPU: host memory, whatever the transports take.
+  f.scheduleKinds = connections_.acceptedKinds() & kHostKinds;
   if (planner_) f.machine = &planner_->machine();
   if (planner_ && params::kPlanner.asBool())
     f.plan = [this](const CollArgs& args, size_t elemSize, const AlgoFilter& fil) {
@@ -583,8 +588,8 @@ Status Comm::initShm() {
       why = seg.status().message();
       return;
     }
-    if (leader) shm::Transport::format(seg.value()->base(), n, opts);
-    auto t = shm::Transport::attach(std::move(seg).value(), me, lp, opts, failure_.abortFlag());
+    if (leader) shm::HostArea::format(seg.value()->base(), n, opts);
+    auto t = shm::HostGroup::attach(std::move(seg).value(), me, lp, opts, failure_.abortFlag());
     if (t.isOk())
       shm_ = std::move(t).value();
     else
@@ -612,12 +617,12 @@ Status Comm::initShm() {
   for (int r : local) go &= all2[r] != 0;
   // Every local rank has mapped it (or given up): the name can go, so that nothing is left in
   // /dev/shm whatever happens next.
-  if (shm_) shm_->segment().unlink();
+  if (shm_) shm_->area().segment().unlink();
   if (!go) shm_.reset();
   // Rounds 3 and 4: the single-copy probe, between barriers.
-  if (shm_) shm_->publishProbe();
+  if (shm_) shm_->rings().publishProbe();
   LOOM_TRY(bootstrap_->barrier(deadline).withContext("setting up shared memory"));
-  if (shm_) shm_->probePeers();
+  if (shm_) shm_->rings().probePeers();
   LOOM_TRY(bootstrap_->barrier(deadline).withContext("setting up shared memory"));
   if (!want) {
     if (n > 1)
@@ -631,15 +636,15 @@ Status Comm::initShm() {
         n, why.empty() ? "another rank of this host could not set it up" : why);
     return Status();
   }
-  onePassReach_ = shm_->everyPairCanReach();
-  oneProcess_ = shm_->allOneProcess();
+  onePassReach_ = shm_->rings().everyPairCanReach();
+  oneProcess_ = shm_->rings().allOneProcess();
   llMax_ = std::min(static_cast<size_t>(std::max<int64_t>(0, params::kShmLlMax.asInt())),
-                    shm_->options().llBytes);
+                    shm_->area().options().llBytes);
   LOOM_INFO(kSubShm,
             "shared memory with {} local ranks: segment {} ({} KiB, rings of {} x {} KiB, "
             "low-latency buffers of {} KiB), {}{}",
-            n, shm_->segment().name(), bytes >> 10, opts.slots, opts.slotBytes >> 10,
-            opts.llBytes >> 10, shm_->singleCopySummary(),
+            n, shm_->area().segment().name(), bytes >> 10, opts.slots, opts.slotBytes >> 10,
+            opts.llBytes >> 10, shm_->rings().singleCopySummary(),
             yieldWhenIdle_ ? "; more ranks than CPUs: waits yield" : "");
   return Status();
 }
@@ -650,7 +655,7 @@ void Comm::buildTransportTable() {
   connections_.setPeers(rank_, nranks_, secret_, std::move(handles),
                         [this](int r) { return describe(r); });
   std::vector<net::Transport*> offered = {net_};
-  if (shm_) offered.push_back(shm_.get());
+  if (shm_) offered.push_back(&shm_->rings());
   connections_.buildTable(offered, rankLayout_ ? rankLayout_->channels() : 1);
 }
 

@@ -27,10 +27,12 @@
 #include "topology/discover.h"
 #include "topology/system.h"
 #include "transports/net.h"
-#include "transports/shm/shm_transport.h"
 
 namespace loom {
 
+namespace shm {
+class HostGroup;
+}
 class ScheduleCache;
 class RankLayout;
 
@@ -97,12 +99,12 @@ class Comm {
   net::Transport* transportFor(int peer, int channel) const {
     return connections_.transportFor(peer, channel);
   }
-  // The shared-memory transport of this host's ranks (nullptr when they are alone, shared
-  // memory is disabled, or it could not be set up): the low-latency exchange and the one pass
-  // use it.
-  shm::Transport* shm() const { return shm_.get(); }
+  // The shared memory of this host's ranks (transports/shm/host_group.h; nullptr when they are
+  // alone, shared memory is disabled, or it could not be set up): its rings are in the transport
+  // table, the low-latency path uses its exchange and the one pass its exchange and guard.
+  shm::HostGroup* shm() const { return shm_.get(); }
   // Every rank of this communicator shares this host and its shared memory.
-  bool allLocal() const { return shm_ && shm_->nlocal() == nranks_; }
+  bool allLocal() const;
   // Sequence number of the next low-latency operation (the same on every rank).
   uint64_t nextLlSeq() { return ++llSeq_; }
   // The memory handle transport t wants for [p, p + n) on connection conn: a registered buffer's
@@ -208,11 +210,11 @@ class Comm {
   Connections connections_;
 
   // Shared memory with this host's ranks.
-  std::unique_ptr<shm::Transport> shm_;
+  std::unique_ptr<shm::HostGroup> shm_;
   uint64_t llSeq_ = 0;
   size_t llMax_ = 0;
-  bool onePassReach_ = false;  // shm_->everyPairCanReach(), fixed once the probes ran
-  bool oneProcess_ = false;    // shm_->allOneProcess()
+  bool onePassReach_ = false;  // shm_->rings().everyPairCanReach(), fixed once the probes ran
+  bool oneProcess_ = false;    // shm_->rings().allOneProcess()
   int onePassSkip_ = 0, onePassBackoff_ = 0;
 
   // Decisions.

@@ -219,8 +219,8 @@ class Executor {
       // busy shared-memory path a clock read per poll costs as much as the poll.
       if (idlePolls++ == 0) lastProgress = nowNs();
       if ((idlePolls & 15) != 1) {
-        // Pause for the first polls, then yield the core to whoever wants it (see waitFor in
-        // the shared-memory transport).
+        // Pause for the first polls, then yield the core to whoever wants it: a peer that is not
+        // running cannot make progress however fast this rank polls.
         if (yield || idlePolls > 256)
           sched_yield();
         else

@@ -6,27 +6,28 @@
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/run.h"
+#include "transports/shm/host_group.h"
 
 namespace loom {
 
 Status runLowLatency(Comm* comm, const OpArgs& op, const CallShape& shape) {
-  shm::Transport* t = comm->shm();
+  shm::LowLatencyExchange& ll = comm->shm()->exchange();
   int n = comm->nranks();
   int me = comm->rank();
   size_t es = dataTypeSize(op.dtype);
   size_t bytes = lowLatencyBytes(shape, me, n);
   uint64_t seq = comm->nextLlSeq();
   uint64_t signature = opSignature(op);
-  if (bytes) std::memcpy(t->llBuffer(me, seq), op.sendbuff, bytes);
-  t->llPublish(seq, bytes, signature);
-  Status st = t->llWaitAll(seq, signature, comm->spinNs(), comm->timeoutMs());
+  if (bytes) std::memcpy(ll.buffer(me, seq), op.sendbuff, bytes);
+  ll.publish(seq, bytes, signature);
+  Status st = ll.waitAll(seq, signature, comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) {
     st = comm->explainLocalWait(st, std::string(collName(op.coll)) + " (low-latency path)");
     comm->fail(st);
     return st;
   }
   // The shared memory is indexed by local rank, which is the rank here (all ranks are local).
-  auto in = [&](int r) -> const char* { return t->llBuffer(r, seq); };
+  auto in = [&](int r) -> const char* { return ll.buffer(r, seq); };
   char* out = static_cast<char*>(op.recvbuff);
   loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
   auto reduceInto = [&](char* dst, size_t offset, size_t count) {

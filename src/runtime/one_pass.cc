@@ -18,7 +18,7 @@
 #include "src/core/params.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
-#include "transports/shm/shm_transport.h"
+#include "transports/shm/host_group.h"
 
 namespace loom {
 
@@ -204,7 +204,10 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
 
 Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* ran) {
   *ran = false;
-  shm::Transport* t = comm->shm();
+  shm::HostGroup* g = comm->shm();
+  shm::LowLatencyExchange& ll = g->exchange();
+  shm::OnePassGuard& guard = g->onePass();
+  shm::Transport& rings = g->rings();  // its probes: what each rank can reach of the others
   const int n = comm->nranks(), me = comm->rank();
   const int myPid = getpid();
   const Layout mine = layoutOf(op, me, n);
@@ -228,29 +231,29 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     rec.outOff = ro.offset;
   }
   uint64_t seq = comm->nextLlSeq();
-  std::memcpy(t->llBuffer(me, seq), &rec, sizeof(rec));
-  t->llPublish(seq, sizeof(rec), roundSignature(op, 1));
+  std::memcpy(ll.buffer(me, seq), &rec, sizeof(rec));
+  ll.publish(seq, sizeof(rec), roundSignature(op, 1));
   auto failed = [&](Status st) {
-    t->endOnePass();  // first: a peer failing too waits for it (Transport::setState)
+    guard.end();  // first: a peer failing too waits for it (shm::HostGroup::setState)
     st = comm->explainLocalWait(
         st, std::string(collName(op.coll)) + " (one pass over the peers' buffers)");
     comm->fail(st);
     return st;
   };
-  Status st = t->llWaitAll(seq, roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
+  Status st = ll.waitAll(seq, roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   std::vector<Record> recs(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) std::memcpy(&recs[i], t->llBuffer(i, seq), sizeof(Record));
+  for (int i = 0; i < n; ++i) std::memcpy(&recs[i], ll.buffer(i, seq), sizeof(Record));
 
   // Can every rank reach every rank's buffers? Every rank answers for every pair from the same
   // records and the same probe matrix, so all run this path or all fall back together.
   auto reach = [&](int reader, int owner, uint64_t serial) {
-    return recs[reader].pid == recs[owner].pid || (serial && t->canMapShared(reader, owner)) ||
-           t->canCma(reader, owner);
+    return recs[reader].pid == recs[owner].pid || (serial && rings.canMapShared(reader, owner)) ||
+           rings.canCma(reader, owner);
   };
   // Some buffer needs process_vm_readv/writev (again the same answer on every rank).
   auto cma = [&](int reader, int owner, uint64_t serial) {
-    return recs[reader].pid != recs[owner].pid && !(serial && t->canMapShared(reader, owner));
+    return recs[reader].pid != recs[owner].pid && !(serial && rings.canMapShared(reader, owner));
   };
   bool cmaUsed = false;
   for (int r = 0; r < n; ++r)
@@ -269,8 +272,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     return Status();
 
   // From here this rank may touch its peers' buffers: a peer that fails from now on waits until
-  // endOnePass before its caller may free them.
-  st = t->beginOnePass();
+  // guard.end() before its caller may free them.
+  st = guard.begin();
   if (!st.isOk()) return failed(st);
 
   // Every rank's buffers as this rank reaches them.
@@ -286,8 +289,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
       b->remote = addr;
       if (static_cast<int>(r.pid) == myPid) {
         b->ptr = reinterpret_cast<char*>(addr);
-      } else if (serial && t->canMapShared(me, i)) {
-        LOOM_ASSIGN(b->ptr, t->mapPeerShared(i, {serial, static_cast<int>(fd), off}, bytes));
+      } else if (serial && rings.canMapShared(me, i)) {
+        LOOM_ASSIGN(b->ptr, rings.mapPeerShared(i, {serial, static_cast<int>(fd), off}, bytes));
         anyMapped = true;
       } else {
         anyCma = true;
@@ -305,12 +308,12 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
   }
   st = onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes);
   if (!st.isOk()) return failed(st);
-  t->endOnePass();
+  guard.end();
 
   // Round 2: nobody returns (and reuses its buffers) while a peer may still read or write them.
   seq = comm->nextLlSeq();
-  t->llPublish(seq, 0, roundSignature(op, 2));
-  st = t->llWaitAll(seq, roundSignature(op, 2), comm->spinNs(), comm->timeoutMs());
+  ll.publish(seq, 0, roundSignature(op, 2));
+  st = ll.waitAll(seq, roundSignature(op, 2), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
   static std::once_flag logged;

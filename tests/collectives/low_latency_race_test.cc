@@ -2,7 +2,7 @@
 // request judged a peer on what it had read before a slow liveness check, while the peer caught up
 // in between: a valid program failed with "the ranks called different collectives" or named a
 // healthy rank as gone. These tests hold the waiting rank at the check through the transport's
-// test seam (shm::Transport::setCheckHookForTesting) until the peer has moved on, so they fail
+// test seam (shm::HostArea::setCheckHookForTesting) until the peer has moved on, so they fail
 // every time on code that judges on the stale look, and pass when the check looks again.
 #include <gtest/gtest.h>
 
@@ -15,13 +15,14 @@
 #include <vector>
 
 #include "tests/collectives/harness.h"
-#include "transports/shm/shm_transport.h"
+#include "transports/shm/host_area.h"
 
 namespace loomtest {
 namespace {
 
+using loom::shm::CheckPoint;
+using loom::shm::HostArea;
 using loom::shm::PeerState;
-using loom::shm::Transport;
 
 // What the installed hook holds for: the peer has sent this rank a message, has closed its
 // communicator, or has published a low-latency sequence.
@@ -29,26 +30,26 @@ enum class Until { kMessageQueued, kPeerClosed, kPeerInLowLatency };
 
 struct HookState {
   std::atomic<int> victim{-1};  // local index of the rank to hold
-  std::atomic<int> point{0};    // Transport::CheckPoint to hold at
+  std::atomic<int> point{0};    // CheckPoint to hold at
   std::atomic<int> until{0};
   std::atomic<bool> entered{false};   // the victim reached the check
   std::atomic<bool> released{false};  // the peer had moved on when the hook returned
 };
 HookState gHook;
 
-void holdVictim(Transport* t, int local, Transport::CheckPoint where) {
-  if (t->localIndex() != gHook.victim.load() || static_cast<int>(where) != gHook.point.load())
+void holdVictim(const HostArea& a, int local, CheckPoint where) {
+  if (a.localIndex() != gHook.victim.load() || static_cast<int>(where) != gHook.point.load())
     return;
   if (gHook.entered.exchange(true)) return;  // once
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   auto moved = [&] {
     switch (static_cast<Until>(gHook.until.load())) {
       case Until::kMessageQueued:
-        return t->messageQueuedFrom(local);
+        return a.messageQueuedFrom(local);
       case Until::kPeerClosed:
-        return t->peerState(local) != PeerState::kAlive;
+        return a.peerState(local) != PeerState::kAlive;
       case Until::kPeerInLowLatency:
-        return t->peerLlSeq(local) > 0;
+        return a.peerLlSeq(local) > 0;
     }
     return false;
   };
@@ -59,17 +60,17 @@ void holdVictim(Transport* t, int local, Transport::CheckPoint where) {
 
 class LowLatencyRace : public ::testing::Test {
  protected:
-  void arm(int victim, Transport::CheckPoint point, Until until) {
+  void arm(int victim, CheckPoint point, Until until) {
     gHook.victim = victim;
     gHook.point = static_cast<int>(point);
     gHook.until = static_cast<int>(until);
     gHook.entered = false;
     gHook.released = false;
-    Transport::setCheckHookForTesting(&holdVictim);
+    HostArea::setCheckHookForTesting(&holdVictim);
   }
-  void TearDown() override { Transport::setCheckHookForTesting(nullptr); }
+  void TearDown() override { HostArea::setCheckHookForTesting(nullptr); }
   // Runs fn on n thread ranks with rank 0 held at `point` until the peer has done `until`.
-  void runHeld(int n, Transport::CheckPoint point, Until until,
+  void runHeld(int n, CheckPoint point, Until until,
                const std::function<std::string(ThreadRanks&, int, loomComm_t)>& fn,
                const char* held) {
     ThreadRanks tr(n);
@@ -125,8 +126,7 @@ TEST_F(LowLatencyRace, MessageOfTheNextCallIsNotAMismatch) {
       if (v != (rank + 1) % n) return "rank " + std::to_string(rank) + ": wrong message";
     return "";
   };
-  runHeld(n, Transport::CheckPoint::kLowLatencyWait, Until::kMessageQueued, body,
-          "rank 1's message arrived");
+  runHeld(n, CheckPoint::kLowLatencyWait, Until::kMessageQueued, body, "rank 1's message arrived");
 }
 
 // Rank 0 waits in a small Broadcast rooted at rank 1; rank 1 arrives, finishes it and destroys
@@ -142,7 +142,7 @@ TEST_F(LowLatencyRace, PeerThatFinishedAndClosedIsNotGone) {
     }
     return "";
   };
-  runHeld(2, Transport::CheckPoint::kLowLatencyWait, Until::kPeerClosed, body, "rank 1 had closed");
+  runHeld(2, CheckPoint::kLowLatencyWait, Until::kPeerClosed, body, "rank 1 had closed");
 }
 
 // Rank 0 waits for rank 1's message (a Recv in a group); rank 1 sends it, then enters a small
@@ -170,7 +170,7 @@ TEST_F(LowLatencyRace, PeerAlreadyInTheNextSmallCallIsNotAMismatch) {
       if (v != 3.0f) return "rank " + std::to_string(rank) + ": wrong sum";
     return "";
   };
-  runHeld(2, Transport::CheckPoint::kRequestWait, Until::kPeerInLowLatency, body,
+  runHeld(2, CheckPoint::kRequestWait, Until::kPeerInLowLatency, body,
           "rank 1 published its small call");
 }
 

@@ -19,7 +19,7 @@
 #include "tests/transports/net_test_util.h"
 #include "transports/ib/ib_transport.h"
 #include "transports/ncclnet/ncclnet_transport.h"
-#include "transports/shm/shm_transport.h"
+#include "transports/shm/host_group.h"
 #include "transports/socket/socket_transport.h"
 
 namespace loom {
@@ -261,9 +261,10 @@ class NcclPluginBackend : public NetBackend {
   int version_;
 };
 
-// Two ranks of one shared-memory segment, each with its own shm::Transport.
+// Two ranks of one shared-memory segment, each with its own shm::HostGroup (t[i]: its rings).
 struct ShmRanks {
-  std::unique_ptr<shm::Transport> t[2];
+  std::unique_ptr<shm::HostGroup> g[2];
+  shm::Transport* t[2] = {nullptr, nullptr};
 };
 
 inline std::string uniqueShmName() {
@@ -277,12 +278,13 @@ inline Result<std::shared_ptr<ShmRanks>> makeShmRanks(const shm::Options& opts) 
   std::vector<shm::LocalPeer> peers = {{0, ::getpid()}, {1, ::getpid()}};
   const size_t bytes = shm::segmentBytes(2, opts);
   LOOM_ASSIGN(auto seg0, shm::Segment::create(name, bytes));
-  shm::Transport::format(seg0->base(), 2, opts);
+  shm::HostArea::format(seg0->base(), 2, opts);
   LOOM_ASSIGN(auto seg1, shm::Segment::open(name, bytes));
   seg0->unlink();
   auto ranks = std::make_shared<ShmRanks>();
-  LOOM_ASSIGN(ranks->t[0], shm::Transport::attach(std::move(seg0), 0, peers, opts, nullptr));
-  LOOM_ASSIGN(ranks->t[1], shm::Transport::attach(std::move(seg1), 1, peers, opts, nullptr));
+  LOOM_ASSIGN(ranks->g[0], shm::HostGroup::attach(std::move(seg0), 0, peers, opts, nullptr));
+  LOOM_ASSIGN(ranks->g[1], shm::HostGroup::attach(std::move(seg1), 1, peers, opts, nullptr));
+  for (int i = 0; i < 2; ++i) ranks->t[i] = &ranks->g[i]->rings();
   for (auto& t : ranks->t) t->publishProbe();
   for (auto& t : ranks->t) t->probePeers();
   return ranks;
@@ -312,8 +314,8 @@ class ShmBackend : public Backend {
   Status setUp(std::string*) override { return Status(); }
   Status open(Link* link) override {
     LOOM_ASSIGN(auto ranks, makeShmRanks(opts_));
-    *link = Link{ranks->t[0].get(), ranks->t[0]->sendComm(1), ranks->t[1].get(),
-                 ranks->t[1]->recvComm(0), ranks};
+    *link =
+        Link{ranks->t[0], ranks->t[0]->sendComm(1), ranks->t[1], ranks->t[1]->recvComm(0), ranks};
     return Status();
   }
   void close(Link* link) override {
@@ -325,10 +327,12 @@ class ShmBackend : public Backend {
     }
     *link = Link();  // the ranks go, requests in flight with them
   }
-  // A rank that leaves sets its state word (closeSend and closeRecv do nothing on shm).
+  // A rank that leaves sets its state word (closeSend and closeRecv do nothing on shm). The
+  // sending end is rank 0 of the link's ShmRanks, the receiving end rank 1.
   Status hangUp(Link* link, bool sendEnd) override {
-    net::Transport* t = sendEnd ? link->sendT : link->recvT;
-    static_cast<shm::Transport*>(t)->setState(shm::PeerState::kClosed);
+    static_cast<ShmRanks*>(link->owner.get())
+        ->g[sendEnd ? 0 : 1]
+        ->setState(shm::PeerState::kClosed);
     (sendEnd ? link->send : link->recv) = nullptr;
     return Status();
   }
@@ -337,7 +341,7 @@ class ShmBackend : public Backend {
   Status listenForPeer(net::Handle* handle) override {
     const std::string name = uniqueShmName();
     LOOM_ASSIGN(seg_, shm::Segment::create(name, shm::segmentBytes(2, opts_)));
-    shm::Transport::format(seg_->base(), 2, opts_);
+    shm::HostArea::format(seg_->base(), 2, opts_);
     std::memset(handle->bytes, 0, sizeof(handle->bytes));
     std::memcpy(handle->bytes, name.data(), std::min(name.size(), sizeof(handle->bytes) - 1));
     return Status();
@@ -345,26 +349,26 @@ class ShmBackend : public Backend {
   Status acceptPeer(int pid, Link* link) override {
     if (!parent_) {
       std::vector<shm::LocalPeer> peers = {{0, ::getpid()}, {1, pid}};
-      LOOM_ASSIGN(parent_, shm::Transport::attach(std::move(seg_), 0, peers, opts_, nullptr));
+      LOOM_ASSIGN(parent_, shm::HostGroup::attach(std::move(seg_), 0, peers, opts_, nullptr));
     }
-    link->recvT = parent_.get();
-    link->recv = parent_->recvComm(1);
+    link->recvT = &parent_->rings();
+    link->recv = parent_->rings().recvComm(1);
     return Status();
   }
   Status connectToPeer(const net::Handle& handle, Link* link) override {
     const std::string name(reinterpret_cast<const char*>(handle.bytes));
     LOOM_ASSIGN(auto seg, shm::Segment::open(name, shm::segmentBytes(2, opts_)));
     std::vector<shm::LocalPeer> peers = {{0, ::getppid()}, {1, ::getpid()}};
-    LOOM_ASSIGN(child_, shm::Transport::attach(std::move(seg), 1, peers, opts_, nullptr));
-    link->sendT = child_.get();
-    link->send = child_->sendComm(0);
+    LOOM_ASSIGN(child_, shm::HostGroup::attach(std::move(seg), 1, peers, opts_, nullptr));
+    link->sendT = &child_->rings();
+    link->send = child_->rings().sendComm(0);
     return Status();
   }
 
  private:
   shm::Options opts_;
   std::unique_ptr<shm::Segment> seg_;               // created, until the parent attaches
-  std::unique_ptr<shm::Transport> parent_, child_;  // the ends of a link with a peer process
+  std::unique_ptr<shm::HostGroup> parent_, child_;  // the ends of a link with a peer process
 };
 
 // One message of `size` bytes with `tag` into a buffer of `capacity` (a frame smaller than its

@@ -1,6 +1,6 @@
 // The shared-memory transport's own tests (what it does of the net::Transport contract is in
 // net_conformance_test.cc, eager and single copy): a failed peer's state reported to waiters, and
-// the segment's geometry.
+// the segment's geometry (host_area.h).
 #include "transports/shm/shm_transport.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "tests/transports/net_backends.h"
+#include "transports/shm/host_area.h"
+#include "transports/shm/host_group.h"
 
 namespace loom::shm {
 namespace {
@@ -22,14 +24,14 @@ TEST(Shm, PeerStateIsReportedToWaiters) {
   o.llBytes = 4096;
   auto p = testing_util::makeShmRanks(o);
   ASSERT_TRUE(p.isOk()) << p.status().message();
-  std::unique_ptr<Transport>* t = p.value()->t;
+  Transport* const* t = p.value()->t;
   std::vector<char> dst(16);
   void* rreq = nullptr;
   size_t cap = 16;
   int tag = 3;
   void* d = dst.data();
   ASSERT_TRUE(t[1]->irecv(t[1]->recvComm(0), 1, &d, &cap, &tag, nullptr, &rreq).isOk());
-  t[0]->setState(PeerState::kFailed);
+  p.value()->g[0]->setState(PeerState::kFailed);
   Status st;
   int done = 0;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -80,13 +82,13 @@ TEST(Shm, SegmentNamesAreExclusiveAndAttachChecksGeometry) {
   ASSERT_TRUE(a.isOk()) << a.status().message();
   EXPECT_FALSE(Segment::create(name, bytes).isOk());  // O_EXCL
   EXPECT_FALSE(Segment::open(name, bytes + 4096).isOk());
-  Transport::format(a.value()->base(), 2, o);
+  HostArea::format(a.value()->base(), 2, o);
   Options other = o;
   other.slots = 4;
   auto b = Segment::open(name, bytes);
   ASSERT_TRUE(b.isOk());
   std::vector<LocalPeer> peers = {{0, getpid()}, {1, getpid()}};
-  auto t = Transport::attach(std::move(b).value(), 1, peers, other, nullptr);
+  auto t = HostArea::attach(std::move(b).value(), 1, peers, other, nullptr);
   EXPECT_FALSE(t.isOk());
   a.value()->unlink();
   EXPECT_FALSE(Segment::open(name, bytes).isOk());  // unlinked: gone from /dev/shm

@@ -1,0 +1,71 @@
+#include "transports/shm/low_latency_exchange.h"
+
+namespace loom::shm {
+
+void LowLatencyExchange::publish(uint64_t seq, uint64_t bytes, uint64_t signature) {
+  const int me = area_.localIndex();
+  LlFlags* f = HostArea::llFlagsOf(buffer(me, seq));
+  f->bytes = bytes;
+  f->signature = signature;
+  f->seq.store(seq, std::memory_order_release);
+  for (int i = 0; i < area_.nlocal(); ++i)
+    if (i != me) area_.wake(i);
+}
+
+bool LowLatencyExchange::oneReady(int local, uint64_t seq) {
+  return HostArea::llFlagsOf(buffer(local, seq))->seq.load(std::memory_order_acquire) >= seq;
+}
+
+bool LowLatencyExchange::allReady(uint64_t seq) {
+  for (int i = 0; i < area_.nlocal(); ++i)
+    if (!oneReady(i, seq)) return false;
+  return true;
+}
+
+Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spinNs,
+                                   int64_t timeoutMs) {
+  const int me = area_.localIndex();
+  // Every judgment below reads its evidence first and the peer's flag again after it: a peer that
+  // was late when this rank looked may have published seq since, finished this operation, sent a
+  // message for its next call or even closed its communicator (its flag was published before
+  // any of that, so a flag read after the evidence sees it).
+  auto check = [&]() -> Status {
+    for (int i = 0; i < area_.nlocal(); ++i) {
+      if (i == me || oneReady(i, seq)) continue;
+      area_.atCheck(i, CheckPoint::kLowLatencyWait);
+      Status gone = area_.peerGone(i);  // slow: a kill() and a /proc read
+      bool queued = area_.messageQueuedFrom(i);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (oneReady(i, seq)) continue;  // it caught up: neither is evidence against it
+      if (!gone.isOk()) return gone;
+      // A message from a peer that has not published seq was sent before it entered this
+      // operation (it publishes on entry), and every message of the calls before was received:
+      // the peer runs another operation here.
+      if (queued)
+        return LOOM_ERROR(kInvalidUsage,
+                          "rank {} sent a message while this rank waits in a small "
+                          "(low-latency) collective: the ranks called different collectives, "
+                          "counts or datatypes",
+                          area_.peer(i).rank)
+            .withCause(Cause::kMismatch);
+    }
+    return Status();
+  };
+  LOOM_TRY(waitFor([&] { return allReady(seq); },
+                   [&] { area_.sleepOnBell(1, [&] { return allReady(seq); }); }, check,
+                   area_.abortFlag(), area_.options().yieldWhenIdle, spinNs, timeoutMs,
+                   "the other ranks of this host"));
+  for (int i = 0; i < area_.nlocal(); ++i) {
+    LlFlags* f = HostArea::llFlagsOf(buffer(i, seq));
+    if (f->signature != signature)
+      return LOOM_ERROR(kInvalidUsage,
+                        "rank {} called a different operation than this rank (signature {:#x}, "
+                        "here {:#x}): collectives, counts, datatypes, ops or roots differ between "
+                        "ranks",
+                        area_.peer(i).rank, f->signature, signature)
+          .withCause(Cause::kMismatch);
+  }
+  return Status();
+}
+
+}  // namespace loom::shm

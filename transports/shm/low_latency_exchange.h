@@ -1,0 +1,44 @@
+// The low-latency exchange of the ranks of one host (src/runtime/low_latency.cc and the one pass's
+// flag rounds, src/runtime/one_pass.cc): a flag per rank and sequence, double-buffered. Each rank
+// writes into its own buffer for a sequence number, publishes it with a signature of the
+// operation, and waits until every local rank published the same sequence; the buffers live in
+// the ranks' areas of the segment (host_area.h).
+//
+// Threads: an instance belongs to one rank of one communicator and is used by one thread at a
+// time.
+#pragma once
+
+#include <cstdint>
+
+#include "src/core/status.h"
+#include "transports/shm/host_area.h"
+
+namespace loom::shm {
+
+class LowLatencyExchange {
+ public:
+  // area must outlive the exchange.
+  explicit LowLatencyExchange(HostArea& area) : area_(area) {}
+
+  // The buffer rank `local` writes for sequence seq (options().llBytes bytes).
+  char* buffer(int local, uint64_t seq) { return area_.llBuffer(local, seq); }
+  // Publishes this rank's buffer for seq with `bytes` valid bytes and a caller-defined signature
+  // (the operation's shape: readers check it matches theirs), and wakes waiting peers.
+  void publish(uint64_t seq, uint64_t bytes, uint64_t signature);
+  // Waits until every local rank published seq and checks that their signatures equal
+  // `signature`. Every rank publishes every sequence (a broadcast's non-roots publish 0 bytes):
+  // a rank reuses its buffer for seq + 2 only after it saw every rank publish seq + 1, which they
+  // do only after they finished reading seq, so no buffer is overwritten while being read.
+  // Fails early (before timeoutMs) when a peer is gone, or sent this rank a message instead of
+  // publishing seq (the ranks called different operations). The check point
+  // CheckPoint::kLowLatencyWait is in its periodic check.
+  Status waitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs);
+
+ private:
+  bool oneReady(int local, uint64_t seq);
+  bool allReady(uint64_t seq);
+
+  HostArea& area_;
+};
+
+}  // namespace loom::shm
