@@ -47,6 +47,9 @@ Result<Plan> Planner::choose(CollArgs args, size_t elemSize, const AlgoFilter& f
   }
   if (plan.candidates.empty())
     return LOOM_ERROR(kInternal, "no algorithm is registered for {}", collName(args.coll));
+  int allowed = 0;
+  for (const PlanCandidate& c : plan.candidates) allowed += c.allowed ? 1 : 0;
+  if (allowed == 1) plan.source = "filter";
   if (plan.algorithm.empty()) {
     // Nothing allowed could be priced: the filter's own choice (or its error naming the valid
     // algorithms).

@@ -27,8 +27,10 @@ struct PlanCandidate {
 
 struct Plan {
   std::string algorithm;
-  double predictedSec = 0;                // the model's prediction for the chosen algorithm
-  const char* source = "model";           // "model", or "tuning" when a measured entry decided
+  double predictedSec = 0;  // the model's prediction for the chosen algorithm
+  // "model"; "filter" when the algorithm filter left the collective only this algorithm; "tuning"
+  // when a measured entry decided.
+  const char* source = "model";
   std::vector<PlanCandidate> candidates;  // every registered algorithm of the collective
 };
 

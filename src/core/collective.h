@@ -27,9 +27,14 @@ std::string collSpecName(CollKind kind);
 bool collFromSpecName(const std::string& name, CollKind* out);
 
 // AllReduce, Reduce and ReduceScatter combine the ranks' data with an op.
-bool collReduces(CollKind kind);
+inline bool collReduces(CollKind kind) {
+  return kind == CollKind::kAllReduce || kind == CollKind::kReduce ||
+         kind == CollKind::kReduceScatter;
+}
 // Broadcast and Reduce have a root.
-bool collRooted(CollKind kind);
+inline bool collRooted(CollKind kind) {
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduce;
+}
 
 // Elements of a rank's send buffer (input) and receive buffer (output) for one call. count is the
 // count the C call takes: AllReduce / Broadcast / Reduce: elements per rank; AllGather: sendcount;
@@ -38,19 +43,47 @@ struct CollCounts {
   size_t input = 0;
   size_t output = 0;
 };
-CollCounts collCounts(CollKind kind, size_t count, int nranks);
+// (Inline: every call's checks and every small call's dispatch read them.)
+inline CollCounts collCounts(CollKind kind, size_t count, int nranks) {
+  const size_t n = static_cast<size_t>(nranks > 1 ? nranks : 1);
+  switch (kind) {
+    case CollKind::kAllGather:
+      return {count, n * count};
+    case CollKind::kReduceScatter:
+      return {n * count, count};
+    case CollKind::kAllToAll:
+      return {n * count, n * count};
+    default:
+      return {count, count};
+  }
+}
 // The size the tuning files, logs and nccl-tests' "size" column speak of, in elements: the larger
 // buffer (the whole buffer for AllGather, ReduceScatter and AllToAll).
-size_t collCallCount(CollKind kind, size_t count, int nranks);
+inline size_t collCallCount(CollKind kind, size_t count, int nranks) {
+  CollCounts c = collCounts(kind, count, nranks);
+  return c.input > c.output ? c.input : c.output;
+}
 
 // Whether `rank` reads its send buffer / writes its receive buffer: a Broadcast's non-roots pass
 // no input, a Reduce's non-roots no output, a send has only an input and a receive only an output.
-bool collUsesInput(CollKind kind, int rank, int root, bool isSend);
-bool collUsesOutput(CollKind kind, int rank, int root, bool isSend);
+inline bool collUsesInput(CollKind kind, int rank, int root, bool isSend) {
+  if (kind == CollKind::kBroadcast) return rank == root;
+  if (kind == CollKind::kSendRecv) return isSend;
+  return true;
+}
+inline bool collUsesOutput(CollKind kind, int rank, int root, bool isSend) {
+  if (kind == CollKind::kReduce) return rank == root;
+  if (kind == CollKind::kSendRecv) return !isSend;
+  return true;
+}
 
 // In place, the smaller buffer is a block of the larger one: the offset (elements) of rank's
 // block. AllGather: the input is block `rank` of the output; ReduceScatter: the output is block
 // `rank` of the input; every other collective: the same buffer (0).
-size_t collInPlaceOffset(CollKind kind, size_t count, int rank);
+inline size_t collInPlaceOffset(CollKind kind, size_t count, int rank) {
+  if (kind == CollKind::kAllGather || kind == CollKind::kReduceScatter)
+    return static_cast<size_t>(rank > 0 ? rank : 0) * count;
+  return 0;
+}
 
 }  // namespace loom

@@ -332,19 +332,15 @@ std::string formatParams() {
   return out;
 }
 
-namespace {
-std::atomic<uint64_t> gGeneration{1};
-}  // namespace
+std::atomic<uint64_t> gParamsGeneration{1};
 
 void reloadParams() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   c.env.clear();
   c.ints.clear();
-  gGeneration.fetch_add(1, std::memory_order_acq_rel);
+  gParamsGeneration.fetch_add(1, std::memory_order_acq_rel);
   logReconfigure();
 }
-
-uint64_t paramsGeneration() { return gGeneration.load(std::memory_order_acquire); }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 // environment on first use and cached; reloadParams() rereads them (tests, loom-perf).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,8 +49,9 @@ std::vector<ParamValue> allParams();
 std::string formatParams();
 void reloadParams();
 // Incremented by every reloadParams(): a reader that caches values derived from parameters
-// rereads them when it changes.
-uint64_t paramsGeneration();
+// rereads them when it changes. (Inline: the calls read it.)
+extern std::atomic<uint64_t> gParamsGeneration;
+inline uint64_t paramsGeneration() { return gParamsGeneration.load(std::memory_order_acquire); }
 
 // Parses "64", "64K", "1M", "2G" (binary). False on malformed text.
 bool parseSize(const std::string& text, int64_t* out);

@@ -200,11 +200,11 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
                         "sendbuff and recvbuff overlap without being in place as {} defines it",
                         collName(a.coll));
   }
-  QueuedOp q;
-  q.comm = c;
-  q.args = a;
   if (tGroup.depth > 0) {
-    tGroup.ops.push_back(q);
+    QueuedOp q;
+    q.comm = c;
+    q.args = a;
+    tGroup.ops.push_back(std::move(q));
     return Status();
   }
   return runCall(c, a);

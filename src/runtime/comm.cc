@@ -448,8 +448,14 @@ Status Comm::buildPlanner() {
 
 Result<std::shared_ptr<const Plan>> Comm::planFor(const CollArgs& args, size_t elemSize,
                                                   const AlgoFilter& filter) {
-  std::string key = fmt::format("{}/{}/{}/{}/{}/{}", static_cast<int>(args.coll), args.count,
-                                elemSize, args.root, args.inPlace ? 1 : 0, filter.spec());
+  CacheKey key;
+  key.words = {static_cast<uint64_t>(args.coll),
+               args.count,
+               elemSize,
+               static_cast<uint64_t>(static_cast<int64_t>(args.root)),
+               uint64_t{args.inPlace},
+               0};
+  key.name = filter.spec();
   {
     std::lock_guard<std::mutex> lk(planMu_);
     auto it = planChoices_.find(key);
@@ -481,9 +487,8 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
 
 bool Comm::allLocal() const { return shm_ && shm_->area().nlocal() == nranks_; }
 
-Result<const DispatchFacts*> Comm::dispatchFacts() {
+Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
   const uint64_t gen = paramsGeneration();
-  if (gen == factsGeneration_) return &facts_;
   LOOM_ASSIGN(factsFilter_, algoFilter());
   DispatchFacts f;
   f.nranks = nranks_;

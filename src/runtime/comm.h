@@ -14,11 +14,14 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "algorithms/planner.h"
 #include "loom/loom.h"
 #include "src/bootstrap/bootstrap.h"
+#include "src/core/cache_key.h"
+#include "src/core/params.h"
 #include "src/core/status.h"
 #include "src/runtime/connections.h"
 #include "src/runtime/dispatch.h"
@@ -134,7 +137,10 @@ class Comm {
   // What dispatch reads of this communicator (src/runtime/dispatch.h): built once and again only
   // when the parameters are reloaded or loomCommSetAlgo changes the filter. Errors: a bad
   // LOOM_ALGO.
-  Result<const DispatchFacts*> dispatchFacts();
+  Result<const DispatchFacts*> dispatchFacts() {
+    if (paramsGeneration() == factsGeneration_) return &facts_;
+    return rebuildDispatchFacts();
+  }
   // dispatch() for call on this communicator (the planner's plans are cached per call shape),
   // logged at rank 0 once per call shape (LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=PLAN).
   Result<Decision> decide(const CallShape& call, bool explain = false);
@@ -187,6 +193,7 @@ class Comm {
   // After initShm: the transport table (the network and, for this host's ranks, shared memory).
   void buildTransportTable();
   Status buildPlanner();
+  Result<const DispatchFacts*> rebuildDispatchFacts();
 
   // Identity and placement.
   int rank_ = 0;
@@ -221,7 +228,8 @@ class Comm {
   std::unique_ptr<ScheduleCache> schedules_;
   std::unique_ptr<Planner> planner_;
   std::mutex planMu_;
-  std::map<std::string, std::shared_ptr<const Plan>> planChoices_;  // by call shape and filter
+  std::unordered_map<CacheKey, std::shared_ptr<const Plan>, CacheKeyHash>
+      planChoices_;                                 // by call shape and filter
   std::set<std::string> planLogged_;                // call shapes whose decision rank 0 logged
   std::shared_ptr<const AlgoFilter> algoOverride_;  // loomCommSetAlgo; used by the calling thread
   DispatchFacts facts_;                             // dispatchFacts()

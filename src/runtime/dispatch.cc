@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "src/core/dtype.h"
 
@@ -25,14 +26,6 @@ std::string ruleChoice(const CallShape& call, const DispatchFacts& f) {
   if (call.coll == CollKind::kAllReduce && f.nranks > 1 && bytes <= f.rdMaxBytes) return "rd";
   const AlgorithmInfo* a = defaultAlgorithm(call.coll);
   return a ? a->name : "";
-}
-
-// The filter left exactly one algorithm of the collective.
-bool filterForces(const AlgoFilter& filter, CollKind coll) {
-  int allowed = 0;
-  for (const AlgorithmInfo& a : algorithms())
-    if (a.coll == coll && filter.allows(coll, a.name)) ++allowed;
-  return allowed == 1;
 }
 
 // The low-latency exchange's price: each rank copies its contribution in, then reads what its
@@ -60,11 +53,6 @@ const char* pathName(Path p) {
   return "unknown";
 }
 
-MemKindSet pathAccepts(Path p) {
-  (void)p;
-  return kHostKinds;  // the CPU copies and reduces what these paths move
-}
-
 CollArgs planArgsOf(const CallShape& call, int nranks) {
   CollArgs a;
   a.coll = call.coll;
@@ -73,11 +61,6 @@ CollArgs planArgsOf(const CallShape& call, int nranks) {
   a.root = call.root;
   a.inPlace = call.inPlace && !collRooted(call.coll);
   return a;
-}
-
-size_t lowLatencyBytes(const CallShape& call, int rank, int nranks) {
-  if (!collUsesInput(call.coll, rank, call.root, false)) return 0;
-  return collCounts(call.coll, call.count, nranks).input * dataTypeSize(call.dtype);
 }
 
 double onePassSeconds(const CostMachine& m, const CallShape& call, int n, bool cma) {
@@ -121,13 +104,6 @@ double onePassSeconds(const CostMachine& m, const CallShape& call, int n, bool c
   double seconds = (reads + writes) / (2 * perRank);
   if (cma) seconds *= cmaFactor(n);
   return seconds + 2 * m.intra.alphaSec;
-}
-
-bool lowLatencyTakes(const CallShape& call, const DispatchFacts& f) {
-  const MemKindSet ok = pathAccepts(Path::kLowLatency);
-  return f.allLocal && f.nranks >= 2 && !call.grouped && call.count > 0 &&
-         call.coll != CollKind::kSendRecv && accepts(ok, call.sendKind) &&
-         accepts(ok, call.recvKind) && lowLatencyBytes(call, call.root, f.nranks) <= f.llMaxBytes;
 }
 
 Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
@@ -199,9 +175,8 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
     d.algorithm = d.plan->algorithm;
     d.scheduleSec = d.plan->predictedSec;
     d.source = d.plan->source;
-    if (d.source == "model" && filterForces(*f.filter, call.coll)) d.source = "filter";
   }
-  const bool priced = d.source == "model" || d.source == "filter";
+  const bool priced = !std::strcmp(d.source, "model") || !std::strcmp(d.source, "filter");
 
   // 3. The one pass over the peers' buffers: where the schedule is "direct" (the one pass is its
   // messageless form), or where the model prefers it, the filter allows "direct", the size is
@@ -233,7 +208,8 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
     if (!f.filter->allows(call.coll, "direct")) return "the filter excludes direct";
     return "dearer than the schedule";
   });
-  add(Path::kSchedule, true, d.scheduleSec, [&] { return d.algorithm + " by " + d.source; });
+  add(Path::kSchedule, true, d.scheduleSec,
+      [&] { return d.algorithm + " by " + std::string(d.source); });
   if (onePass) {
     // The schedule's price bounds the one pass where it must reach buffers through
     // process_vm_readv/writev, as when loom-tune measured "direct" forced.

@@ -37,6 +37,7 @@
 #include "algorithms/planner.h"
 #include "loom/loom.h"
 #include "src/core/collective.h"
+#include "src/core/dtype.h"
 #include "src/core/memory_kind.h"
 #include "src/core/status.h"
 
@@ -49,7 +50,7 @@ const char* pathName(Path p);
 // The memory kinds the low-latency exchange and the one pass take: host memory (the CPU copies and
 // reduces it). The schedule path takes what the communicator's transports and its executor take
 // (DispatchFacts::scheduleKinds).
-MemKindSet pathAccepts(Path p);
+inline MemKindSet pathAccepts(Path) { return kHostKinds; }  // the CPU copies and reduces it
 
 // The call, as every rank sees it.
 struct CallShape {
@@ -109,7 +110,7 @@ struct Decision {
   double scheduleSec = -1;   // the schedule's price
   // Where the algorithm came from: "model", "tuning" (a LOOM_TUNING_FILE entry), "filter" (the
   // filter left only it), "rule" (LOOM_PLANNER=0, Send/Recv).
-  std::string source;
+  const char* source = "";
   // The planner's plan (every registered algorithm, priced where allowed); null with the rule.
   std::shared_ptr<const Plan> plan;
   std::vector<PathOffer> offers;  // one per path, in Path order (with facts.explain or .detail)
@@ -138,11 +139,22 @@ double onePassSeconds(const CostMachine& machine, const CallShape& call, int nra
 // The low-latency exchange's offer, the first dispatch() asks: true when it takes call (then
 // dispatch() decides Path::kLowLatency). The runtime asks it first for a call outside a group, so
 // that the small calls the exchange takes pay nothing else (no Decision is built).
-bool lowLatencyTakes(const CallShape& call, const DispatchFacts& facts);
+// (Inline, with lowLatencyBytes: every small call asks it.)
+inline bool lowLatencyTakes(const CallShape& call, const DispatchFacts& facts);
 
 // The bytes each rank contributes to the low-latency exchange for call (the root's for a
 // Broadcast, whose size decides for every rank).
-size_t lowLatencyBytes(const CallShape& call, int rank, int nranks);
+inline size_t lowLatencyBytes(const CallShape& call, int rank, int nranks) {
+  if (!collUsesInput(call.coll, rank, call.root, false)) return 0;
+  return collCounts(call.coll, call.count, nranks).input * dataTypeSize(call.dtype);
+}
+
+inline bool lowLatencyTakes(const CallShape& call, const DispatchFacts& f) {
+  const MemKindSet ok = pathAccepts(Path::kLowLatency);
+  return f.allLocal && f.nranks >= 2 && !call.grouped && call.count > 0 &&
+         call.coll != CollKind::kSendRecv && accepts(ok, call.sendKind) &&
+         accepts(ok, call.recvKind) && lowLatencyBytes(call, call.root, f.nranks) <= f.llMaxBytes;
+}
 
 // One line for the PLAN log: path, algorithm, source, price and every offer.
 std::string describeDecision(const Decision& d);

@@ -56,12 +56,20 @@ int opTag(const OpArgs& op, const std::string& algorithm, uint64_t layoutId) {
 
 namespace {
 
-// The layout's hash is part of the key: plans built for different hosts or ring orders differ.
-std::string scheduleKey(const OpArgs& op, size_t pieceElems, const std::string& algo,
-                        const RankLayout* layout) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{:x}", static_cast<int>(op.coll), op.count,
-                     dataTypeSize(op.dtype), op.root, op.peer, op.isSend, op.inPlace, pieceElems,
-                     algo, layout ? layout->hash() : 0);
+// The layout's hash is part of the key: schedules built for different hosts or ring orders
+// differ.
+CacheKey scheduleKey(const OpArgs& op, size_t pieceElems, const std::string& algo,
+                     const RankLayout* layout) {
+  CacheKey k;
+  k.words = {static_cast<uint64_t>(op.coll) | dataTypeSize(op.dtype) << 8 |
+                 uint64_t{op.isSend} << 16 | uint64_t{op.inPlace} << 17,
+             op.count,
+             static_cast<uint64_t>(static_cast<int64_t>(op.root)),
+             static_cast<uint64_t>(static_cast<int64_t>(op.peer)),
+             pieceElems,
+             layout ? layout->hash() : 0};
+  k.name = algo;
+  return k;
 }
 
 Result<std::shared_ptr<CompiledSchedule>> compileSchedule(const OpArgs& op, int rank, int nranks,
@@ -589,7 +597,7 @@ Result<std::shared_ptr<const CompiledSchedule>> ScheduleCache::get(
     const std::string& algo, size_t pieceBytes) {
   size_t es = dataTypeSize(op.dtype);
   size_t pieceElems = std::max<size_t>(1, pieceBytes / (es ? es : 1));
-  std::string key = scheduleKey(op, pieceElems, algo, layout.get());
+  CacheKey key = scheduleKey(op, pieceElems, algo, layout.get());
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = index_.find(key);

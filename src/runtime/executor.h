@@ -20,6 +20,7 @@
 
 #include "algorithms/schedule.h"
 #include "loom/loom.h"
+#include "src/core/cache_key.h"
 #include "src/core/status.h"
 
 namespace loom {
@@ -72,8 +73,8 @@ class ScheduleCache {
 
  private:
   std::mutex mu_;
-  std::list<std::pair<std::string, std::shared_ptr<const CompiledSchedule>>> lru_;
-  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
+  std::list<std::pair<CacheKey, std::shared_ptr<const CompiledSchedule>>> lru_;
+  std::unordered_map<CacheKey, decltype(lru_)::iterator, CacheKeyHash> index_;
 };
 
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).

@@ -8,26 +8,11 @@
 
 namespace loom {
 
-MemKind memKindOf(const void* p, size_t bytes) {
-  shm::SharedRef ref;
-  if (p && bytes && shm::findShared(p, bytes, &ref)) return MemKind::kHostShared;
-  return MemKind::kHost;
-}
-
-CallShape shapeOf(const OpArgs& op, int nranks, bool grouped) {
-  CallShape s;
-  s.coll = op.coll;
-  s.count = op.count;
-  s.dtype = op.dtype;
-  s.op = op.op;
-  s.root = op.root;
-  s.inPlace = op.inPlace;
-  s.grouped = grouped;
+void findSharedKinds(const OpArgs& op, int nranks, CallShape* s) {
   const size_t es = dataTypeSize(op.dtype);
   const CollCounts c = collCounts(op.coll, op.count, nranks);
-  s.sendKind = memKindOf(op.sendbuff, c.input * es);
-  s.recvKind = memKindOf(op.recvbuff, c.output * es);
-  return s;
+  s->sendKind = memKindOf(op.sendbuff, c.input * es);
+  s->recvKind = memKindOf(op.recvbuff, c.output * es);
 }
 
 Status runCall(Comm* comm, const OpArgs& op) {

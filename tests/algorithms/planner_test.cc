@@ -113,6 +113,11 @@ TEST(Planner, TuningEntriesWinWhereTheyApply) {
   Result<Plan> out = p.choose(allReduce(4, 8 << 20), 4, filter(""));  // 32 MiB
   ASSERT_TRUE(out.isOk());
   EXPECT_STREQ(out.value().source, "model");
+  // A filter that leaves one algorithm: that is where the choice came from.
+  Result<Plan> forced = p.choose(allReduce(4, 8 << 20), 4, filter("allreduce:tree"));
+  ASSERT_TRUE(forced.isOk());
+  EXPECT_EQ(forced.value().algorithm, "tree");
+  EXPECT_STREQ(forced.value().source, "filter");
   // An entry LOOM_ALGO excludes does not apply.
   Result<Plan> excluded = p.choose(allReduce(4, 1 << 20), 4, filter("^ring"));
   ASSERT_TRUE(excluded.isOk());

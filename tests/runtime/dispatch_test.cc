@@ -207,7 +207,7 @@ TEST(Dispatch, OnePassFallsBackWhereItCannotRun) {
   World open({0, 0, 0, 0}, "allreduce:ring");  // ring is dearer than one pass on one host
   Decision d = open.decide(c);
   EXPECT_EQ(d.algorithm, "ring");
-  EXPECT_EQ(d.source, "filter");
+  EXPECT_STREQ(d.source, "filter");
   EXPECT_EQ(d.path, Path::kSchedule) << describeDecision(d);  // the filter excludes direct too
   World allowed({0, 0, 0, 0}, "allreduce:ring,direct");
   allowed.facts.plan = [&](const CollArgs& a, size_t es,
@@ -268,16 +268,16 @@ TEST(Dispatch, MemoryKindsThatNoPathTakesAreRefused) {
 TEST(Dispatch, SourcesModelFilterTuningAndRule) {
   World model({0, 0, 1, 1});
   Decision d = model.decide(call(CollKind::kAllReduce, 1 << 20));
-  EXPECT_EQ(d.source, "model");
+  EXPECT_STREQ(d.source, "model");
   EXPECT_EQ(d.path, Path::kSchedule);
   EXPECT_GE(d.predictedSec, 0);
   EXPECT_EQ(d.predictedSec, d.scheduleSec);
 
   World forced({0, 0, 1, 1}, "allreduce:tree");
   EXPECT_EQ(forced.decide(call(CollKind::kAllReduce, 1 << 20)).algorithm, "tree");
-  EXPECT_EQ(forced.decide(call(CollKind::kAllReduce, 1 << 20)).source, "filter");
+  EXPECT_STREQ(forced.decide(call(CollKind::kAllReduce, 1 << 20)).source, "filter");
   // Not restricted by it: the model.
-  EXPECT_EQ(forced.decide(call(CollKind::kBroadcast, 1 << 20)).source, "model");
+  EXPECT_STREQ(forced.decide(call(CollKind::kBroadcast, 1 << 20)).source, "model");
 
   World tuned({0, 0, 1, 1});
   TuningEntry t;
@@ -288,14 +288,14 @@ TEST(Dispatch, SourcesModelFilterTuningAndRule) {
   tuned.planner->setTuning({t});
   Decision dt = tuned.decide(call(CollKind::kAllReduce, 1 << 20));
   EXPECT_EQ(dt.algorithm, "rhd");
-  EXPECT_EQ(dt.source, "tuning");
+  EXPECT_STREQ(dt.source, "tuning");
 
   // LOOM_PLANNER=0: the fixed rule (direct on one host up to LOOM_SHM_DIRECT_MAX, rd for small
   // AllReduces elsewhere, else the first registered), filtered.
   World rule({0, 0, 1, 1}, "", /*model=*/false);
   Decision dr = rule.decide(call(CollKind::kAllReduce, 100));
   EXPECT_EQ(dr.algorithm, "rd");
-  EXPECT_EQ(dr.source, "rule");
+  EXPECT_STREQ(dr.source, "rule");
   EXPECT_LT(dr.predictedSec, 0);
   EXPECT_EQ(rule.decide(call(CollKind::kAllReduce, 1 << 20)).algorithm, "ring");
   World ruleLocal({0, 0, 0}, "", /*model=*/false);

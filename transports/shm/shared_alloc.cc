@@ -29,7 +29,6 @@ struct Allocation {
 struct Registry {
   std::mutex mu;
   std::map<uintptr_t, Allocation> byBase;
-  std::atomic<size_t> live{0};  // byBase.size(), read without the lock
   uint64_t nextSerial = 1;
   ProbeInfo probe;
   Status probeStatus = LOOM_ERROR(kInternal, "no probe yet");
@@ -92,7 +91,7 @@ Result<void*> sharedAlloc(size_t size) {
   std::lock_guard<std::mutex> lk(reg.mu);
   LOOM_ASSIGN(auto made, makeAllocation(reg, size));
   reg.byBase[reinterpret_cast<uintptr_t>(made.first)] = made.second;
-  reg.live.store(reg.byBase.size(), std::memory_order_release);
+  gLiveSharedAllocations.store(reg.byBase.size(), std::memory_order_release);
   return static_cast<void*>(made.first);
 }
 
@@ -105,15 +104,15 @@ Status sharedFree(void* ptr) {
   munmap(ptr, it->second.size);
   close(it->second.fd);
   reg.byBase.erase(it);
-  reg.live.store(reg.byBase.size(), std::memory_order_release);
+  gLiveSharedAllocations.store(reg.byBase.size(), std::memory_order_release);
   return Status();
 }
 
+std::atomic<size_t> gLiveSharedAllocations{0};
+
 bool findShared(const void* p, size_t bytes, SharedRef* ref) {
   Registry& reg = registry();
-  // A buffer from loomMemAlloc is live while its caller uses it (the caller's own ordering), so
-  // none live means this one is not.
-  if (reg.live.load(std::memory_order_acquire) == 0) return false;
+  if (liveSharedAllocations() == 0) return false;
   auto addr = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lk(reg.mu);
   auto it = reg.byBase.upper_bound(addr);

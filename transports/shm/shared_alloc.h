@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -35,6 +36,12 @@ struct SharedRef {
 };
 // True when the whole range lies in one live allocation.
 bool findShared(const void* p, size_t bytes, SharedRef* ref);
+// Allocations live now, read without the registry's lock (a buffer from loomMemAlloc is live
+// while its caller uses it, so none live means no buffer is one): the calls' fast path.
+extern std::atomic<size_t> gLiveSharedAllocations;
+inline size_t liveSharedAllocations() {
+  return gLiveSharedAllocations.load(std::memory_order_acquire);
+}
 
 // A small allocation of this process that peers map at init to learn whether they can map this
 // process's memory at all (its first 8 bytes hold value).
