@@ -3,25 +3,28 @@
 // be exported to NCCL as a plugin and an external NCCL plugin can be imported as a Loom transport.
 //
 // Contracts (the same as NCCL's):
-// - listen, connect and accept never block. connect returns OK with *sendComm == nullptr until the
-//   connection is established, accept likewise with *recvComm == nullptr; callers call again.
+// - listen, connect and accept never block. connect returns OK with *sendConn == nullptr until the
+//   connection is established, accept likewise with *recvConn == nullptr; callers call again.
 // - isend/irecv return OK with *request == nullptr when the request cannot be posted now (too many
 //   outstanding); that is not an error: post again later.
-// - Sends and receives on one send/recv comm pair match in posting order. A frame carries its tag:
-//   a grouped receive (n > 1) places it in the buffer with the same tag; a frame whose tag matches
-//   no posted buffer is an error, and so is a frame larger than the buffer it lands in
-//   ("message truncated"), never an overflow. A frame smaller than the posted buffer is fine: test
-//   reports the size received.
+// - Sends and receives on one send/receive connection pair match in posting order. A frame
+//   carries its tag: a grouped receive (n > 1) places it in the buffer with the same tag; a frame
+//   whose tag matches no posted buffer is an error, and so is a frame larger than the buffer it
+//   lands in ("message truncated"), never an overflow. A frame smaller than the posted buffer is
+//   fine: test reports the size received.
 // - test never blocks; once it reports done (or an error) the request is freed.
-// - Close functions accept comms with requests in flight (they are dropped).
+// - Close functions accept connections with requests in flight (they are dropped).
+// Names: a "connection" (sendConn, recvConn, listener) is what NCCL's ABI calls a comm; in Loom a
+// "communicator" is only ever loomComm_t (src/runtime/comm.h).
 //
 // Threads (stated once, for every implementation): a transport instance may be called from several
-// threads at once provided that each comm (listen, send or receive comm) and each request is used
-// by one thread at a time; name, devices and getProperties may be called from any thread. The
-// network transports are one instance per process, shared by every communicator, and communicators
-// may be driven from different threads (include/loom/loom.h). The shared-memory transport is the
-// exception: an instance belongs to one rank of one communicator and all its comms share state, so
-// the instance as a whole is driven by one thread at a time (the communicator's rule).
+// threads at once provided that each connection (listener, send or receive connection) and each
+// request is used by one thread at a time; name, devices and getProperties may be called from any
+// thread. The network transports are one instance per process, shared by every communicator, and
+// communicators may be driven from different threads (include/loom/loom.h). The shared-memory
+// transport is the exception: an instance belongs to one rank of one communicator and all its
+// connections share state, so the instance as a whole is driven by one thread at a time (the
+// communicator's rule).
 #pragma once
 
 #include <cstddef>
@@ -70,19 +73,19 @@ class Transport {
   virtual int devices() const = 0;
   virtual Status getProperties(int dev, Properties* props) const = 0;
 
-  virtual Status listen(int dev, Handle* handle, void** listenComm) = 0;
-  virtual Status connect(int dev, const Handle& handle, void** sendComm) = 0;
-  virtual Status accept(void* listenComm, void** recvComm) = 0;
+  virtual Status listen(int dev, Handle* handle, void** listener) = 0;
+  virtual Status connect(int dev, const Handle& handle, void** sendConn) = 0;
+  virtual Status accept(void* listener, void** recvConn) = 0;
 
-  virtual Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) = 0;
-  virtual Status deregMr(void* comm, void* mhandle) = 0;
+  virtual Status regMr(void* conn, void* data, size_t size, int type, void** mhandle) = 0;
+  virtual Status deregMr(void* conn, void* mhandle) = 0;
 
-  virtual Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+  virtual Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                        void** request) = 0;
-  virtual Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+  virtual Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                        void** mhandles, void** request) = 0;
   // Makes received data visible to a GPU; *request == nullptr when there is nothing to wait for.
-  virtual Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+  virtual Status iflush(void* recvConn, int n, void** data, const size_t* sizes, void** mhandles,
                         void** request) {
     *request = nullptr;
     return Status();
@@ -92,21 +95,21 @@ class Transport {
   // loomAvg combines as a sum). A transport that can read the incoming bytes where they lie (shared
   // memory) saves the copy into a staging buffer. Only when supportsRecvReduce().
   virtual bool supportsRecvReduce() const { return false; }
-  virtual Status irecvReduce(void* recvComm, void* dst, const void* src, size_t size, int tag,
+  virtual Status irecvReduce(void* recvConn, void* dst, const void* src, size_t size, int tag,
                              loomDataType_t dt, loomRedOp_t op, void** request) {
     return Status(Code::kInternal, std::string(name()) + " has no fused receive-reduce");
   }
   // sizes (may be null): for a receive, one entry per buffer: the bytes received.
   virtual Status test(void* request, int* done, size_t* sizes) = 0;
 
-  virtual Status closeSend(void* sendComm) = 0;
-  virtual Status closeRecv(void* recvComm) = 0;
-  virtual Status closeListen(void* listenComm) = 0;
+  virtual Status closeSend(void* sendConn) = 0;
+  virtual Status closeRecv(void* recvConn) = 0;
+  virtual Status closeListen(void* listener) = 0;
 
   // Loom extension, not in NCCL's ABI: sleeps up to timeoutMs or until one of the given requests
-  // (and, if listenComm is not null, that listener) may be able to progress. Lets oversubscribed
+  // (and, if listener is not null, that listener) may be able to progress. Lets oversubscribed
   // ranks give their core away instead of spinning. The default just yields.
-  virtual void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs);
+  virtual void waitActivity(void* const* requests, int n, void* listener, int timeoutMs);
   // Loom extension: for a caller that also waits on another transport (so it must look at that
   // one again soon): sleeps up to timeoutUs until this transport may progress, and returns true,
   // where it can be woken that fast (a doorbell); false at once where it cannot (then poll it).
@@ -115,8 +118,8 @@ class Transport {
   // Loom extension: the connections of transports that make them when the ranks attach (shared
   // memory: one per pair of ranks of the host, from the segment), by communicator rank; nullptr
   // where connections are made with listen / connect / accept.
-  virtual void* presetSendComm(int rank) { return nullptr; }
-  virtual void* presetRecvComm(int rank) { return nullptr; }
+  virtual void* presetSendConn(int rank) { return nullptr; }
+  virtual void* presetRecvConn(int rank) { return nullptr; }
   // Loom extension: whether this transport reaches `rank` of the communicator on `channel`. A
   // network transport reaches every rank on every channel at its device's latency.
   virtual Reach reach(int rank, int channel) const;

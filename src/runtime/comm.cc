@@ -172,7 +172,7 @@ Comm::~Comm() {
   if (shm_) shm_->setState(shm::PeerState::kClosed);
   // The transport's memory handles are made per connection and must go before it closes.
   registrations_.releaseHandles();
-  connections_.close(/*listener=*/true);
+  connections_.close(/*withListener=*/true);
 }
 
 Status Comm::initNet(const loomConfig_t* config) {
@@ -672,7 +672,7 @@ void Comm::fail(const Status& st) {
   // fail at once.
   failure_.report(rank_, st);
   registrations_.releaseHandles();
-  connections_.close(/*listener=*/true);
+  connections_.close(/*withListener=*/true);
 }
 
 bool Comm::isClosedPeer(const Status& st) { return st.cause() == Cause::kPeerGone; }

@@ -28,7 +28,7 @@ Connections::~Connections() { close(true); }
 
 Status Connections::listen(net::Transport* network, net::Handle* handle) {
   net_ = network;
-  return net_->listen(0, handle, &listenComm_).withContext("opening the transport listener");
+  return net_->listen(0, handle, &listener_).withContext("opening the transport listener");
 }
 
 void Connections::setPeers(int rank, int nranks, uint64_t secret, std::vector<net::Handle> handles,
@@ -85,7 +85,7 @@ net::Transport* Connections::transportFor(int peer, int channel) const {
 
 Result<void*> Connections::sendConn(int peer, int channel) {
   net::Transport* t = transportFor(peer, channel);
-  if (t != net_) return t->presetSendComm(peer);
+  if (t != net_) return t->presetSendConn(peer);
   Connection& c = send_[{peer, channel}];
   if (c.ready) {
     if (c.helloReq) {
@@ -115,10 +115,10 @@ Result<void*> Connections::sendConn(int peer, int channel) {
 }
 
 Status Connections::acceptPending() {
-  if (!listenComm_) return LOOM_ERROR(kRemote, "the communicator's listener is closed (it failed)");
+  if (!listener_) return LOOM_ERROR(kRemote, "the communicator's listener is closed (it failed)");
   while (true) {
     void* rc = nullptr;
-    LOOM_TRY(net_->accept(listenComm_, &rc).withContext("accepting a connection"));
+    LOOM_TRY(net_->accept(listener_, &rc).withContext("accepting a connection"));
     if (!rc) break;
     auto p = std::make_unique<Pending>();
     p->comm = rc;
@@ -178,7 +178,7 @@ Status Connections::acceptPending() {
 
 Result<void*> Connections::recvConn(int peer, int channel) {
   net::Transport* t = transportFor(peer, channel);
-  if (t != net_) return t->presetRecvComm(peer);
+  if (t != net_) return t->presetRecvConn(peer);
   auto it = recv_.find({peer, channel});
   if (it != recv_.end() && it->second.ready) return it->second.comm;
   LOOM_TRY(acceptPending());
@@ -187,7 +187,7 @@ Result<void*> Connections::recvConn(int peer, int channel) {
   return static_cast<void*>(nullptr);
 }
 
-void Connections::close(bool listener) {
+void Connections::close(bool withListener) {
   if (!net_) return;
   for (auto& [k, c] : send_)
     if (c.comm) (void)net_->closeSend(c.comm);
@@ -197,9 +197,9 @@ void Connections::close(bool listener) {
   send_.clear();
   recv_.clear();
   pendingAccepts_.clear();
-  if (listener && listenComm_) {
-    (void)net_->closeListen(listenComm_);
-    listenComm_ = nullptr;
+  if (withListener && listener_) {
+    (void)net_->closeListen(listener_);
+    listener_ = nullptr;
   }
 }
 

@@ -43,20 +43,20 @@ class Connections {
   net::Transport* network() const { return net_; }
   // The memory kinds every transport of the table accepts (from net::Properties::ptrSupport).
   MemKindSet acceptedKinds() const;
-  void* listenComm() const { return listenComm_; }
+  void* listener() const { return listener_; }
 
   // Nonblocking: the transport comm once the connection to / from (peer, channel) is usable,
   // nullptr while it is being established.
   Result<void*> sendConn(int peer, int channel);
   Result<void*> recvConn(int peer, int channel);
 
-  // Closes every network connection (and pending accept); the listener too when listener.
-  void close(bool listener);
+  // Closes every network connection (and pending accept); the listener too when withListener.
+  void close(bool withListener);
 
  private:
   // One direction of one (peer, channel) network connection.
   struct Connection {
-    void* comm = nullptr;      // transport sendComm / recvComm
+    void* comm = nullptr;      // transport sendConn / recvConn
     bool ready = false;        // send side: hello posted; recv side: hello received
     void* helloReq = nullptr;  // send side: the hello's request until it completes
     unsigned char hello[24] = {};
@@ -69,7 +69,7 @@ class Connections {
   Status acceptPending();
 
   net::Transport* net_ = nullptr;
-  void* listenComm_ = nullptr;
+  void* listener_ = nullptr;
   int rank_ = 0, nranks_ = 0;
   uint64_t secret_ = 0;
   std::vector<net::Handle> handles_;

@@ -566,7 +566,7 @@ class Executor {
       }
       if (!network) {
         network = cr.comm->transport();
-        listen = cr.comm->connections().listenComm();
+        listen = cr.comm->connections().listener();
       }
     }
     if (byTransport.size() > 1)

@@ -79,8 +79,8 @@ TEST(TransportTable, CheapestReachableTransportPerRankAndChannel) {
   d.buildTable({&network, &slow}, 1);
   EXPECT_EQ(d.transportFor(2, 0), &network);
   // The shared-memory transport hands out its preset connections; the network makes its own.
-  EXPECT_EQ(network.presetSendComm(0), nullptr);
-  EXPECT_EQ(network.presetRecvComm(0), nullptr);
+  EXPECT_EQ(network.presetSendConn(0), nullptr);
+  EXPECT_EQ(network.presetRecvConn(0), nullptr);
 }
 
 // A network device that reports no latency (NCCL's plugins report 0) is priced as unmeasured, not

@@ -315,7 +315,7 @@ class ShmBackend : public Backend {
   Status open(Link* link) override {
     LOOM_ASSIGN(auto ranks, makeShmRanks(opts_));
     *link =
-        Link{ranks->t[0], ranks->t[0]->sendComm(1), ranks->t[1], ranks->t[1]->recvComm(0), ranks};
+        Link{ranks->t[0], ranks->t[0]->sendConn(1), ranks->t[1], ranks->t[1]->recvConn(0), ranks};
     return Status();
   }
   void close(Link* link) override {
@@ -352,7 +352,7 @@ class ShmBackend : public Backend {
       LOOM_ASSIGN(parent_, shm::HostGroup::attach(std::move(seg_), 0, peers, opts_, nullptr));
     }
     link->recvT = &parent_->rings();
-    link->recv = parent_->rings().recvComm(1);
+    link->recv = parent_->rings().recvConn(1);
     return Status();
   }
   Status connectToPeer(const net::Handle& handle, Link* link) override {
@@ -361,7 +361,7 @@ class ShmBackend : public Backend {
     std::vector<shm::LocalPeer> peers = {{0, ::getppid()}, {1, ::getpid()}};
     LOOM_ASSIGN(child_, shm::HostGroup::attach(std::move(seg), 1, peers, opts_, nullptr));
     link->sendT = &child_->rings();
-    link->send = child_->rings().sendComm(0);
+    link->send = child_->rings().sendConn(0);
     return Status();
   }
 

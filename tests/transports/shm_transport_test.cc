@@ -30,7 +30,7 @@ TEST(Shm, PeerStateIsReportedToWaiters) {
   size_t cap = 16;
   int tag = 3;
   void* d = dst.data();
-  ASSERT_TRUE(t[1]->irecv(t[1]->recvComm(0), 1, &d, &cap, &tag, nullptr, &rreq).isOk());
+  ASSERT_TRUE(t[1]->irecv(t[1]->recvConn(0), 1, &d, &cap, &tag, nullptr, &rreq).isOk());
   p.value()->g[0]->setState(PeerState::kFailed);
   Status st;
   int done = 0;

@@ -71,37 +71,37 @@ class IbTransport final : public net::Transport {
   int devices() const override { return static_cast<int>(ports_.size()); }
   Status getProperties(int dev, net::Properties* props) const override;
 
-  Status listen(int dev, net::Handle* handle, void** listenComm) override;
-  Status connect(int dev, const net::Handle& handle, void** sendComm) override;
-  Status accept(void* listenComm, void** recvComm) override;
+  Status listen(int dev, net::Handle* handle, void** listener) override;
+  Status connect(int dev, const net::Handle& handle, void** sendConn) override;
+  Status accept(void* listener, void** recvConn) override;
 
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
 
-  Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+  Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                void** request) override {
     *request = nullptr;
-    if (sendComm == nullptr)
+    if (sendConn == nullptr)
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: isend on a null comm");
-    return static_cast<Comm*>(sendComm)->isend(data, size, tag, static_cast<MemHandle*>(mhandle),
+    return static_cast<Comm*>(sendConn)->isend(data, size, tag, static_cast<MemHandle*>(mhandle),
                                                request);
   }
-  Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+  Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                void** mhandles, void** request) override {
     *request = nullptr;
-    if (recvComm == nullptr)
+    if (recvConn == nullptr)
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: irecv on a null comm");
     if (data == nullptr || sizes == nullptr || tags == nullptr)
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: irecv with null buffers, sizes or tags");
-    return static_cast<Comm*>(recvComm)->irecv(n, data, sizes, tags,
+    return static_cast<Comm*>(recvConn)->irecv(n, data, sizes, tags,
                                                reinterpret_cast<MemHandle**>(mhandles), request);
   }
-  Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+  Status iflush(void* recvConn, int n, void** data, const size_t* sizes, void** mhandles,
                 void** request) override {
     *request = nullptr;
-    if (recvComm == nullptr)
+    if (recvConn == nullptr)
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: iflush on a null comm");
-    return static_cast<Comm*>(recvComm)->iflush(n, data, sizes,
+    return static_cast<Comm*>(recvConn)->iflush(n, data, sizes,
                                                 reinterpret_cast<MemHandle**>(mhandles), request);
   }
   Status test(void* request, int* done, size_t* sizes) override {
@@ -112,16 +112,16 @@ class IbTransport final : public net::Transport {
     return r->comm->test(r, done, sizes);
   }
 
-  Status closeSend(void* sendComm) override {
-    delete static_cast<Comm*>(sendComm);
+  Status closeSend(void* sendConn) override {
+    delete static_cast<Comm*>(sendConn);
     return Status();
   }
-  Status closeRecv(void* recvComm) override {
-    delete static_cast<Comm*>(recvComm);
+  Status closeRecv(void* recvConn) override {
+    delete static_cast<Comm*>(recvConn);
     return Status();
   }
-  Status closeListen(void* listenComm) override {
-    delete static_cast<Listener*>(listenComm);
+  Status closeListen(void* listener) override {
+    delete static_cast<Listener*>(listener);
     return Status();
   }
 
@@ -162,8 +162,8 @@ Status IbTransport::getProperties(int dev, net::Properties* props) const {
   return Status();
 }
 
-Status IbTransport::listen(int dev, net::Handle* handle, void** listenComm) {
-  *listenComm = nullptr;
+Status IbTransport::listen(int dev, net::Handle* handle, void** listener) {
+  *listener = nullptr;
   LOOM_TRY(checkDev(dev));
   if (handle == nullptr)
     return LOOM_ERROR(kInvalidArgument, "InfiniBand: listen with a null handle");
@@ -179,12 +179,12 @@ Status IbTransport::listen(int dev, net::Handle* handle, void** listenComm) {
   Status packed = writeListenHandle<IbHandle>(kIbHandleMagic, l->secret, l->addr, handle->bytes);
   if (!packed.isOk()) return packed.withContext("InfiniBand");
   LOOM_INFO(kSubNet, "InfiniBand: listening for {} on {}", l->port->name(), l->addr.toString());
-  *listenComm = l.release();
+  *listener = l.release();
   return Status();
 }
 
-Status IbTransport::connect(int dev, const net::Handle& handle, void** sendComm) {
-  *sendComm = nullptr;
+Status IbTransport::connect(int dev, const net::Handle& handle, void** sendConn) {
+  *sendConn = nullptr;
   LOOM_TRY(checkDev(dev));
   IbHandle h;
   SockAddr addr;
@@ -209,7 +209,7 @@ Status IbTransport::connect(int dev, const net::Handle& handle, void** sendComm)
     connecting_.keep(handle.bytes, sizeof(h), std::move(o));
     return Status();
   }
-  *sendComm = o->comm.release();
+  *sendConn = o->comm.release();
   return Status();
 }
 
@@ -251,9 +251,9 @@ Result<bool> IbTransport::progressConnect(Outgoing* o) {
   return true;
 }
 
-Status IbTransport::accept(void* listenComm, void** recvComm) {
-  *recvComm = nullptr;
-  auto* l = static_cast<Listener*>(listenComm);
+Status IbTransport::accept(void* listener, void** recvConn) {
+  *recvConn = nullptr;
+  auto* l = static_cast<Listener*>(listener);
   if (l == nullptr) return LOOM_ERROR(kInvalidArgument, "InfiniBand: accept on a null listener");
   for (int k = 0; k < 64; ++k) {
     SockAddr peer;
@@ -279,8 +279,8 @@ Status IbTransport::accept(void* listenComm, void** recvComm) {
       l->incoming.erase(l->incoming.begin() + i);
       continue;
     }
-    if (r.value() && *recvComm == nullptr) {
-      *recvComm = in->comm.release();
+    if (r.value() && *recvConn == nullptr) {
+      *recvConn = in->comm.release();
       l->incoming.erase(l->incoming.begin() + i);
       continue;
     }

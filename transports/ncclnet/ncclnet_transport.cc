@@ -161,8 +161,8 @@ class PluginTransport final : public net::Transport {
     return Status();
   }
 
-  Status listen(int dev, net::Handle* handle, void** listenComm) override {
-    *listenComm = nullptr;
+  Status listen(int dev, net::Handle* handle, void** listener) override {
+    *listener = nullptr;
     LOOM_TRY(checkDev(dev));
     auto c = std::make_unique<Comm>();
     c->kind = Comm::Kind::kListen;
@@ -170,12 +170,12 @@ class PluginTransport final : public net::Transport {
     std::memset(handle->bytes, 0, sizeof(handle->bytes));
     LOOM_TRY(call("listen", abi_->listen(dev, handle->bytes, &c->plugin)));
     if (c->plugin == nullptr) return LOOM_ERROR(kInternal, "{}: listen gave no comm", describe());
-    *listenComm = c.release();
+    *listener = c.release();
     return Status();
   }
 
-  Status connect(int dev, const net::Handle& handle, void** sendComm) override {
-    *sendComm = nullptr;
+  Status connect(int dev, const net::Handle& handle, void** sendConn) override {
+    *sendConn = nullptr;
     LOOM_TRY(checkDev(dev));
     // Plugins keep the state of a connection in progress in the handle between calls (NCCL's own
     // transports do), while Loom's caller passes the same const handle for every connection to a
@@ -197,17 +197,17 @@ class PluginTransport final : public net::Transport {
       connecting_.erase(key);
     }
     LOOM_TRY(st);
-    if (pc != nullptr) *sendComm = newComm(Comm::Kind::kSend, pc, dev);
+    if (pc != nullptr) *sendConn = newComm(Comm::Kind::kSend, pc, dev);
     return Status();
   }
 
-  Status accept(void* listenComm, void** recvComm) override {
-    *recvComm = nullptr;
-    LOOM_ASSIGN(Comm * l, commOf(listenComm, Comm::Kind::kListen, "accept"));
+  Status accept(void* listener, void** recvConn) override {
+    *recvConn = nullptr;
+    LOOM_ASSIGN(Comm * l, commOf(listener, Comm::Kind::kListen, "accept"));
     void* pc = nullptr;
     LOOM_TRY(call("accept", abi_->accept(l->plugin, &pc)));
     if (pc == nullptr) return Status();
-    *recvComm = newComm(Comm::Kind::kRecv, pc, l->dev);
+    *recvConn = newComm(Comm::Kind::kRecv, pc, l->dev);
     return Status();
   }
 
@@ -222,10 +222,10 @@ class PluginTransport final : public net::Transport {
     return call("deregMr", abi_->deregMr(c->plugin, mhandle));
   }
 
-  Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+  Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                void** request) override {
     *request = nullptr;
-    LOOM_ASSIGN(Comm * c, commOf(sendComm, Comm::Kind::kSend, "isend"));
+    LOOM_ASSIGN(Comm * c, commOf(sendConn, Comm::Kind::kSend, "isend"));
     if (size > c->maxBytes)
       return LOOM_ERROR(kInvalidArgument,
                         "{}: isend of {} bytes: more than the {} bytes one message may carry "
@@ -246,10 +246,10 @@ class PluginTransport final : public net::Transport {
     return Status();
   }
 
-  Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+  Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                void** mhandles, void** request) override {
     *request = nullptr;
-    LOOM_ASSIGN(Comm * c, commOf(recvComm, Comm::Kind::kRecv, "irecv"));
+    LOOM_ASSIGN(Comm * c, commOf(recvConn, Comm::Kind::kRecv, "irecv"));
     if (n < 1 || n > c->maxRecvs)
       return LOOM_ERROR(kInvalidArgument,
                         "{}: irecv of {} buffers: device {} takes 1 to {} per grouped receive",
@@ -287,10 +287,10 @@ class PluginTransport final : public net::Transport {
 
   // Only buffers the caller registered can need a flush (GPU memory); the adaptor's own
   // registrations are host memory, which never does.
-  Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+  Status iflush(void* recvConn, int n, void** data, const size_t* sizes, void** mhandles,
                 void** request) override {
     *request = nullptr;
-    LOOM_ASSIGN(Comm * c, commOf(recvComm, Comm::Kind::kRecv, "iflush"));
+    LOOM_ASSIGN(Comm * c, commOf(recvConn, Comm::Kind::kRecv, "iflush"));
     if (!abi_->hasIflush() || mhandles == nullptr) return Status();
     if (n < 1 || n > c->maxRecvs)
       return LOOM_ERROR(kInvalidArgument, "{}: iflush of {} buffers (1 to {})", describe(), n,
@@ -335,21 +335,21 @@ class PluginTransport final : public net::Transport {
     return Status();
   }
 
-  Status closeSend(void* sendComm) override {
-    if (sendComm == nullptr) return Status();
-    LOOM_ASSIGN(Comm * c, commOf(sendComm, Comm::Kind::kSend, "closeSend"));
+  Status closeSend(void* sendConn) override {
+    if (sendConn == nullptr) return Status();
+    LOOM_ASSIGN(Comm * c, commOf(sendConn, Comm::Kind::kSend, "closeSend"));
     return closeData(c, "closeSend");
   }
 
-  Status closeRecv(void* recvComm) override {
-    if (recvComm == nullptr) return Status();
-    LOOM_ASSIGN(Comm * c, commOf(recvComm, Comm::Kind::kRecv, "closeRecv"));
+  Status closeRecv(void* recvConn) override {
+    if (recvConn == nullptr) return Status();
+    LOOM_ASSIGN(Comm * c, commOf(recvConn, Comm::Kind::kRecv, "closeRecv"));
     return closeData(c, "closeRecv");
   }
 
-  Status closeListen(void* listenComm) override {
-    if (listenComm == nullptr) return Status();
-    LOOM_ASSIGN(Comm * c, commOf(listenComm, Comm::Kind::kListen, "closeListen"));
+  Status closeListen(void* listener) override {
+    if (listener == nullptr) return Status();
+    LOOM_ASSIGN(Comm * c, commOf(listener, Comm::Kind::kListen, "closeListen"));
     std::unique_ptr<Comm> owned(c);
     return call("closeListen", abi_->closeListen(c->plugin));
   }

@@ -1,6 +1,6 @@
 // The shared-memory transport's single-copy probes (shm_transport.h): what each local rank can
 // read of the others' memory, found at init and written into the segment's can-read matrix,
-// which the sends (Transport::sendComm) and the one pass (src/runtime/one_pass.cc) read.
+// which the sends (Transport::sendConn) and the one pass (src/runtime/one_pass.cc) read.
 #include <sys/prctl.h>
 #include <sys/uio.h>
 

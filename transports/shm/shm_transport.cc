@@ -103,7 +103,7 @@ Transport::Transport(HostArea& area) : area_(area), opts_(area.options()), me_(a
 
 Transport::~Transport() = default;  // requests in flight are dropped (owned_ frees them)
 
-void* Transport::sendComm(int local) {
+void* Transport::sendConn(int local) {
   SendComm* c = sends_[local].get();
   uint8_t can = *area_.canRead(local, me_);
   c->useRts = (can & kReadsAny) != 0;
@@ -111,7 +111,7 @@ void* Transport::sendComm(int local) {
   return c;
 }
 
-void* Transport::recvComm(int local) { return recvs_[local].get(); }
+void* Transport::recvConn(int local) { return recvs_[local].get(); }
 
 int Transport::localOf(int rank) const {
   for (int i = 0; i < area_.nlocal(); ++i)
@@ -119,14 +119,14 @@ int Transport::localOf(int rank) const {
   return -1;
 }
 
-void* Transport::presetSendComm(int rank) {
+void* Transport::presetSendConn(int rank) {
   int i = localOf(rank);
-  return i < 0 ? nullptr : sendComm(i);
+  return i < 0 ? nullptr : sendConn(i);
 }
 
-void* Transport::presetRecvComm(int rank) {
+void* Transport::presetRecvConn(int rank) {
   int i = localOf(rank);
-  return i < 0 ? nullptr : recvComm(i);
+  return i < 0 ? nullptr : recvConn(i);
 }
 
 net::Reach Transport::reach(int rank, int channel) const {
@@ -190,9 +190,9 @@ Transport::Request* Transport::newRequest() {
 
 void Transport::freeRequest(Request* r) { free_.push_back(r); }
 
-Status Transport::isend(void* sendComm, const void* data, size_t size, int tag, void*,
+Status Transport::isend(void* sendConn, const void* data, size_t size, int tag, void*,
                         void** request) {
-  auto* c = static_cast<SendComm*>(sendComm);
+  auto* c = static_cast<SendComm*>(sendConn);
   *request = nullptr;
   if (!c->broken.isOk()) return c->broken;
   Request* r = newRequest();
@@ -211,11 +211,11 @@ Status Transport::isend(void* sendComm, const void* data, size_t size, int tag, 
   return progressSend(c);
 }
 
-Status Transport::irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+Status Transport::irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                         void**, void** request) {
   *request = nullptr;
   if (n != 1) return LOOM_ERROR(kInternal, "shm: grouped receives (n={}) are not supported", n);
-  auto* c = static_cast<RecvComm*>(recvComm);
+  auto* c = static_cast<RecvComm*>(recvConn);
   if (!c->broken.isOk()) return c->broken;
   Request* r = newRequest();
   r->local = c->local;
@@ -227,10 +227,10 @@ Status Transport::irecv(void* recvComm, int n, void** data, const size_t* sizes,
   return progressRecv(c);
 }
 
-Status Transport::irecvReduce(void* recvComm, void* dst, const void* src, size_t size, int tag,
+Status Transport::irecvReduce(void* recvConn, void* dst, const void* src, size_t size, int tag,
                               loomDataType_t dt, loomRedOp_t op, void** request) {
   *request = nullptr;
-  auto* c = static_cast<RecvComm*>(recvComm);
+  auto* c = static_cast<RecvComm*>(recvConn);
   if (!c->broken.isOk()) return c->broken;
   Request* r = newRequest();
   r->local = c->local;

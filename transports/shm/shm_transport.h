@@ -67,8 +67,8 @@ class Transport final : public net::Transport {
   Result<char*> mapPeerShared(int local, const SharedRef& ref, size_t bytes);
 
   // The send and receive comm to/from local rank i (made at construction; no connection phase).
-  void* sendComm(int local);
-  void* recvComm(int local);
+  void* sendConn(int local);
+  void* recvConn(int local);
   // The local index of communicator rank `rank`, or -1 when it is not on this segment.
   int localOf(int rank) const;
 
@@ -81,23 +81,23 @@ class Transport final : public net::Transport {
   const char* name() const override { return "shm"; }
   int devices() const override { return 1; }
   Status getProperties(int dev, net::Properties* props) const override;
-  Status listen(int dev, net::Handle* handle, void** listenComm) override;
-  Status connect(int dev, const net::Handle& handle, void** sendComm) override;
-  Status accept(void* listenComm, void** recvComm) override;
+  Status listen(int dev, net::Handle* handle, void** listener) override;
+  Status connect(int dev, const net::Handle& handle, void** sendConn) override;
+  Status accept(void* listener, void** recvConn) override;
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
-  Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+  Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                void** request) override;
-  Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+  Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                void** mhandles, void** request) override;
   bool supportsRecvReduce() const override { return true; }
-  Status irecvReduce(void* recvComm, void* dst, const void* src, size_t size, int tag,
+  Status irecvReduce(void* recvConn, void* dst, const void* src, size_t size, int tag,
                      loomDataType_t dt, loomRedOp_t op, void** request) override;
   Status test(void* request, int* done, size_t* sizes) override;
-  Status closeSend(void* sendComm) override;
-  Status closeRecv(void* recvComm) override;
-  Status closeListen(void* listenComm) override;
-  void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs) override;
+  Status closeSend(void* sendConn) override;
+  Status closeRecv(void* recvConn) override;
+  Status closeListen(void* listener) override;
+  void waitActivity(void* const* requests, int n, void* listener, int timeoutMs) override;
   // waitActivity with a finer deadline: the executor naps this long on the doorbell while socket
   // requests are also in flight (a socket's arrival does not ring the doorbell, so the nap must
   // be short for it to be noticed soon).
@@ -108,8 +108,8 @@ class Transport final : public net::Transport {
   }
   // The connections to the other ranks of this host exist from construction; channel 0 only (the
   // other channels of a ring go over the network, so that they do not share the slot rings).
-  void* presetSendComm(int rank) override;
-  void* presetRecvComm(int rank) override;
+  void* presetSendConn(int rank) override;
+  void* presetRecvConn(int rank) override;
   net::Reach reach(int rank, int channel) const override;
   bool wantsRegistration() const override { return false; }
 

@@ -119,23 +119,23 @@ class SocketTransport final : public Transport {
     return Status();
   }
 
-  Status listen(int dev, Handle* handle, void** listenComm) override;
-  Status connect(int dev, const Handle& handle, void** sendComm) override;
-  Status accept(void* listenComm, void** recvComm) override;
+  Status listen(int dev, Handle* handle, void** listener) override;
+  Status connect(int dev, const Handle& handle, void** sendConn) override;
+  Status accept(void* listener, void** recvConn) override;
 
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
 
-  Status isend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+  Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                void** request) override {
     *request = nullptr;
-    LOOM_ASSIGN(SocketComm * c, commOf(sendComm, SocketComm::Role::kSend, "isend"));
+    LOOM_ASSIGN(SocketComm * c, commOf(sendConn, SocketComm::Role::kSend, "isend"));
     return c->isend(data, size, tag, request);
   }
-  Status irecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+  Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                void** mhandles, void** request) override {
     *request = nullptr;
-    LOOM_ASSIGN(SocketComm * c, commOf(recvComm, SocketComm::Role::kRecv, "irecv"));
+    LOOM_ASSIGN(SocketComm * c, commOf(recvConn, SocketComm::Role::kRecv, "irecv"));
     return c->irecv(n, data, sizes, tags, request);
   }
   Status test(void* request, int* done, size_t* sizes) override {
@@ -146,20 +146,20 @@ class SocketTransport final : public Transport {
     return r->comm->test(r, done, sizes);
   }
 
-  Status closeSend(void* sendComm) override {
-    if (sendComm) delete static_cast<SocketComm*>(sendComm);
+  Status closeSend(void* sendConn) override {
+    if (sendConn) delete static_cast<SocketComm*>(sendConn);
     return Status();
   }
-  Status closeRecv(void* recvComm) override {
-    if (recvComm) delete static_cast<SocketComm*>(recvComm);
+  Status closeRecv(void* recvConn) override {
+    if (recvConn) delete static_cast<SocketComm*>(recvConn);
     return Status();
   }
-  Status closeListen(void* listenComm) override {
-    delete static_cast<SocketListener*>(listenComm);
+  Status closeListen(void* listener) override {
+    delete static_cast<SocketListener*>(listener);
     return Status();
   }
 
-  void waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs) override;
+  void waitActivity(void* const* requests, int n, void* listener, int timeoutMs) override;
 
  private:
   static Properties probe(const Interface& itf);
@@ -213,8 +213,8 @@ Properties SocketTransport::probe(const Interface& itf) {
   return p;
 }
 
-Status SocketTransport::listen(int dev, Handle* handle, void** listenComm) {
-  *listenComm = nullptr;
+Status SocketTransport::listen(int dev, Handle* handle, void** listener) {
+  *listener = nullptr;
   LOOM_TRY(checkDev(dev));
   if (handle == nullptr)
     return LOOM_ERROR(kInvalidArgument, "socket transport: listen with a null handle");
@@ -232,12 +232,12 @@ Status SocketTransport::listen(int dev, Handle* handle, void** listenComm) {
       writeListenHandle<SocketHandle>(kSocketHandleMagic, l->secret, l->addr, handle->bytes);
   if (!packed.isOk()) return packed.withContext("socket transport");
   LOOM_INFO(kSubNet, "socket transport: listening on {} {}", l->ifname, l->addr.toString());
-  *listenComm = l.release();
+  *listener = l.release();
   return Status();
 }
 
-Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) {
-  *sendComm = nullptr;
+Status SocketTransport::connect(int dev, const Handle& handle, void** sendConn) {
+  *sendConn = nullptr;
   LOOM_TRY(checkDev(dev));
   SocketHandle h;
   SockAddr addr;
@@ -274,7 +274,7 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendComm) 
                                             pc->addrText, commOptions()));
   LOOM_INFO(kSubNet, "socket transport: connected to {} with {} socket(s)", pc->addrText,
             comm->nsocks());
-  *sendComm = comm.release();
+  *sendConn = comm.release();
   return Status();
 }
 
@@ -311,16 +311,16 @@ Result<bool> SocketTransport::progressConnect(PendingConnect* pc) {
   return false;
 }
 
-Status SocketTransport::accept(void* listenComm, void** recvComm) {
-  *recvComm = nullptr;
-  auto* l = static_cast<SocketListener*>(listenComm);
+Status SocketTransport::accept(void* listener, void** recvConn) {
+  *recvConn = nullptr;
+  auto* l = static_cast<SocketListener*>(listener);
   if (l == nullptr)
     return LOOM_ERROR(kInvalidArgument, "socket transport: accept on a null listener");
   acceptPending(l);
   readHellos(l);
   expire(l);
   if (!l->ready.empty()) {
-    *recvComm = l->ready.front().release();
+    *recvConn = l->ready.front().release();
     l->ready.pop_front();
   }
   return Status();
@@ -451,7 +451,7 @@ Status SocketTransport::deregMr(void* comm, void* mhandle) {
   return Status();
 }
 
-void SocketTransport::waitActivity(void* const* requests, int n, void* listenComm, int timeoutMs) {
+void SocketTransport::waitActivity(void* const* requests, int n, void* listener, int timeoutMs) {
   std::vector<pollfd> fds;
   std::vector<SocketComm*> waiting;  // comms between beginWait and endWait
   bool ready = false;
@@ -465,8 +465,8 @@ void SocketTransport::waitActivity(void* const* requests, int n, void* listenCom
     }
     if (!c->addWaitFds(r, &fds)) ready = true;
   }
-  if (listenComm != nullptr && !ready) {
-    auto* l = static_cast<SocketListener*>(listenComm);
+  if (listener != nullptr && !ready) {
+    auto* l = static_cast<SocketListener*>(listener);
     if (!l->ready.empty()) ready = true;
     fds.push_back({l->fd.get(), POLLIN, 0});
     int64_t now = nowNs();
