@@ -1,6 +1,6 @@
-// Discovery of GPUs (CUDA driver API) and their NVLinks (NVML), both loaded at run time so that
-// the library runs where neither exists. Only the few C entry points used are declared here; their
-// signatures are part of NVIDIA's stable driver ABI.
+// Discovery of GPUs (the CUDA driver, loaded at run time by src/device/cuda_driver.h) and their
+// NVLinks (NVML, loaded here at run time), so that the library runs where neither exists. Only the
+// few NVML entry points used are declared here; their signatures are part of NVIDIA's stable ABI.
 #include <dlfcn.h>
 
 #include <map>
@@ -8,6 +8,7 @@
 
 #include "src/core/dl.h"
 #include "src/core/log.h"
+#include "src/device/cuda_driver.h"
 #include "topology/discover_internal.h"
 
 namespace loom::topo::detail {
@@ -20,11 +21,6 @@ template <typename F>
 F sym(void* lib, const char* name) {
   return loom::dlSymbol<F>(lib, name);
 }
-
-// CUDA driver API.
-constexpr int kCuAttrCcMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-constexpr int kCuAttrCcMinor = 76;
-constexpr int kCuAttrDmaBuf = 124;  // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
 
 // NVML.
 struct NvmlPciInfo {  // nvmlPciInfo_t (v2/v3 layout)
@@ -43,40 +39,23 @@ struct Gpu {
 };
 
 std::vector<Gpu> cudaGpus(Builder& b) {
-  DlHandle lib(dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL));
-  if (!lib) {
-    b.source("CUDA: libcuda.so.1 not loaded: no GPUs");
-    return {};
-  }
-  using Init = int (*)(unsigned);
-  using GetCount = int (*)(int*);
-  using Get = int (*)(int*, int);
-  using GetBusId = int (*)(char*, int, int);
-  using GetAttr = int (*)(int*, int, int);
-  auto init = sym<Init>(lib.get(), "cuInit");
-  auto count = sym<GetCount>(lib.get(), "cuDeviceGetCount");
-  auto get = sym<Get>(lib.get(), "cuDeviceGet");
-  auto busIdOf = sym<GetBusId>(lib.get(), "cuDeviceGetPCIBusId");
-  auto attr = sym<GetAttr>(lib.get(), "cuDeviceGetAttribute");
-  if (!init || !count || !get || !busIdOf || !attr) {
-    b.source("CUDA: libcuda.so.1 lacks the driver API entry points: no GPUs");
-    return {};
-  }
-  int rc = init(0);
-  int n = 0;
-  if (rc != 0 || count(&n) != 0) {
-    b.source(fmt::format("CUDA: cuInit failed (CUresult {}): no GPUs", rc));
+  const cuda::Driver& d = cuda::cudaDriver();
+  if (!d.ok()) {
+    b.source("CUDA: " + d.status.message() + ": no GPUs");
     return {};
   }
   std::vector<Gpu> gpus;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < d.devices; i++) {
     int dev = 0;
     char bus[64] = {0};
-    if (get(&dev, i) != 0 || busIdOf(bus, sizeof(bus) - 1, dev) != 0) continue;
+    if (d.api.cuDeviceGet(&dev, i) != cuda::kSuccess ||
+        d.api.cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, dev) != cuda::kSuccess)
+      continue;
     int major = 0, minor = 0, dmaBuf = 0;
-    attr(&major, kCuAttrCcMajor, dev);
-    attr(&minor, kCuAttrCcMinor, dev);
-    if (attr(&dmaBuf, kCuAttrDmaBuf, dev) != 0) dmaBuf = 0;
+    d.api.cuDeviceGetAttribute(&major, cuda::kAttrComputeCapabilityMajor, dev);
+    d.api.cuDeviceGetAttribute(&minor, cuda::kAttrComputeCapabilityMinor, dev);
+    if (d.api.cuDeviceGetAttribute(&dmaBuf, cuda::kAttrDmaBufSupported, dev) != cuda::kSuccess)
+      dmaBuf = 0;
     Gpu g;
     g.busId = normalizeBusId(bus);
     g.cudaDev = i;
@@ -84,9 +63,7 @@ std::vector<Gpu> cudaGpus(Builder& b) {
     g.dmaBuf = dmaBuf != 0;
     if (!g.busId.empty()) gpus.push_back(g);
   }
-  b.source(fmt::format("CUDA: {} GPU(s)", gpus.size()));
-  // The library stays loaded: unloading the CUDA driver after cuInit is not supported.
-  (void)lib.release();
+  b.source(fmt::format("CUDA: {} GPU(s) ({})", gpus.size(), d.library));
   return gpus;
 }
 

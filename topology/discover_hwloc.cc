@@ -128,6 +128,12 @@ bool addHwloc(Builder& b) {
   // PCI from hwloc's Linux sysfs backend rather than its libpciaccess plugin: the same devices,
   // without reading config space, and without the plugin's allocations that outlive its dlclose.
   hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+  // hwloc's GPU and display plugins: Loom finds GPUs itself (the CUDA driver, NVML). Loading them
+  // would start the GPU runtimes in every rank's process, and they unload them again: OpenCL's ICD
+  // loader has thread-local storage, whose dlclose made LeakSanitizer's scan of the main thread's
+  // TLS crash at exit ("Tracer caught signal 11") in the tests.
+  for (const char* gpu : {"opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"})
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, gpu);
 #endif
   if (hwloc_topology_load(raw) != 0) {
     b.source("hwloc: hwloc_topology_load failed; CPUs from sysconf(), PCI from sysfs");

@@ -157,20 +157,36 @@ const Param kDmabufEnable{"LOOM_DMABUF_ENABLE", ParamType::kBool, "1",
 const Param kIbGdrFlushDisable{"LOOM_IB_GDR_FLUSH_DISABLE", ParamType::kBool, "0",
                                "Skip the RDMA-read flush after GPUDirect receives"};
 
-const Param* const kAll[] = {
-    &kDebug,          &kDebugSubsys,      &kDebugFile,      &kTimeout,
-    &kCommId,         &kHostId,           &kCommSecret,     &kBootstrapPortOffset,
-    &kSocketIfname,   &kSocketFamily,     &kTopoFile,       &kTopoDumpFile,
-    &kSocketNsocks,   &kSocketNthreads,   &kSocketMinSplit, &kChunkSize,
-    &kAllReduceRdMax, &kMaxInflight,      &kSpinUs,         &kShmDisable,
-    &kShmSingleCopy,  &kShmSlotSize,      &kShmSlots,       &kShmRtsMin,
-    &kShmLlMax,       &kShmDirectMax,     &kShmMapped,      &kShmMappedCma,
-    &kAlgo,           &kRingChannels,     &kPlanner,        &kTuningFile,
-    &kModelNetMbps,   &kModelNetLatUs,    &kModelShmLatUs,  &kNet,
-    &kNetPlugin,      &kIbverbsLib,       &kIbHca,          &kIbQpsPerConnection,
-    &kIbGidIndex,     &kIbRoceVersion,    &kIbTc,           &kIbSl,
-    &kIbTimeout,      &kIbRetryCnt,       &kIbPkey,         &kNetGdrLevel,
-    &kDmabufEnable,   &kIbGdrFlushDisable};
+const Param kCudaLib{"LOOM_CUDA_LIB", ParamType::kString, "",
+                     "The CUDA driver library loaded at run time (empty: libcuda.so.1); the "
+                     "tests name the emulated device, libloom-fakecuda.so"};
+
+const Param* const kAll[] = {&kDebug,          &kDebugSubsys,
+                             &kDebugFile,      &kTimeout,
+                             &kCommId,         &kHostId,
+                             &kCommSecret,     &kBootstrapPortOffset,
+                             &kSocketIfname,   &kSocketFamily,
+                             &kTopoFile,       &kTopoDumpFile,
+                             &kSocketNsocks,   &kSocketNthreads,
+                             &kSocketMinSplit, &kChunkSize,
+                             &kAllReduceRdMax, &kMaxInflight,
+                             &kSpinUs,         &kShmDisable,
+                             &kShmSingleCopy,  &kShmSlotSize,
+                             &kShmSlots,       &kShmRtsMin,
+                             &kShmLlMax,       &kShmDirectMax,
+                             &kShmMapped,      &kShmMappedCma,
+                             &kAlgo,           &kRingChannels,
+                             &kPlanner,        &kTuningFile,
+                             &kModelNetMbps,   &kModelNetLatUs,
+                             &kModelShmLatUs,  &kNet,
+                             &kNetPlugin,      &kIbverbsLib,
+                             &kIbHca,          &kIbQpsPerConnection,
+                             &kIbGidIndex,     &kIbRoceVersion,
+                             &kIbTc,           &kIbSl,
+                             &kIbTimeout,      &kIbRetryCnt,
+                             &kIbPkey,         &kNetGdrLevel,
+                             &kDmabufEnable,   &kIbGdrFlushDisable,
+                             &kCudaLib};
 }  // namespace params
 
 namespace {

@@ -107,6 +107,7 @@ extern const Param kIbPkey;
 extern const Param kNetGdrLevel;
 extern const Param kDmabufEnable;
 extern const Param kIbGdrFlushDisable;
+extern const Param kCudaLib;
 }  // namespace params
 
 }  // namespace loom

@@ -18,7 +18,9 @@
 #include "src/core/hash.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/device/device_memory.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/device_runner.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/run.h"
 #include "transports/shm/shared_alloc.h"
@@ -156,6 +158,106 @@ Status checkShape(CollKind coll, size_t count, size_t es, int root, int n) {
   return Status();
 }
 
+// Device memory and CUDA streams (src/runtime/device_runner.h): the CUDA device the call runs on
+// (*device = -1: host memory and no stream, the host path). Every question to the driver is asked
+// only where a driver is loaded and sees a GPU.
+Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, int* device) {
+  *device = -1;
+  const bool cuda = device::cudaUsable();
+  if (!cuda) {
+    if (stream != nullptr)
+      return LOOM_ERROR(kInvalidArgument,
+                        "a non-NULL stream needs the CUDA driver, which is not usable here ({}); "
+                        "host calls take a NULL stream",
+                        cuda::cudaDriver().status.message());
+    return Status();
+  }
+  const int me = c->rank();
+  const bool usesIn = a.sendbuff && collUsesInput(a.coll, me, a.root, a.isSend);
+  const bool usesOut = a.recvbuff && collUsesOutput(a.coll, me, a.root, a.isSend);
+  device::PointerInfo in, out;
+  if (usesIn) in = device::classify(a.sendbuff);
+  if (usesOut) out = device::classify(a.recvbuff);
+  for (const auto* p : {&in, &out})
+    if (p->managed)
+      return LOOM_ERROR(kInvalidArgument,
+                        "{} is CUDA managed memory (cudaMallocManaged), which Loom does not take: "
+                        "allocate device buffers with cudaMalloc",
+                        p == &in ? "sendbuff" : "recvbuff");
+  if (usesIn && usesOut && in.kind != out.kind)
+    return LOOM_ERROR(kInvalidArgument,
+                      "sendbuff is {} and recvbuff {}: both must be CUDA device memory or both "
+                      "host memory",
+                      in.kind == MemKind::kCudaDevice ? "CUDA device memory" : "host memory",
+                      out.kind == MemKind::kCudaDevice ? "CUDA device memory" : "host memory");
+  int dev = in.kind == MemKind::kCudaDevice ? in.device : out.device;
+  if (in.kind == MemKind::kCudaDevice && out.kind == MemKind::kCudaDevice &&
+      in.device != out.device)
+    return LOOM_ERROR(kInvalidArgument,
+                      "sendbuff is on CUDA device {} and recvbuff on device {}: one device per "
+                      "call",
+                      in.device, out.device);
+  if (stream != nullptr) {
+    const cuda::DriverApi& api = cuda::cudaDriver().api;
+    auto s = static_cast<cuda::CUstream>(stream);
+    cuda::CUcontext ctx = nullptr, old = nullptr;
+    cuda::CUresult rc = api.cuStreamGetCtx(s, &ctx);
+    if (rc != cuda::kSuccess)
+      return cuda::cudaError(rc, "cuStreamGetCtx")
+          .rewritten(Code::kInvalidArgument,
+                     fmt::format("stream {} is not a CUDA stream of a live context ({})", stream,
+                                 cuda::cudaError(rc, "cuStreamGetCtx").message()));
+    cuda::CUdevice sdev = -1;
+    api.cuCtxGetCurrent(&old);
+    api.cuCtxSetCurrent(ctx);
+    rc = api.cuCtxGetDevice(&sdev);
+    api.cuCtxSetCurrent(old);
+    if (rc != cuda::kSuccess) return cuda::cudaError(rc, "cuCtxGetDevice of the stream's context");
+    if (dev >= 0 && sdev != dev)
+      return LOOM_ERROR(kInvalidArgument,
+                        "the stream belongs to CUDA device {} and the buffers to device {}", sdev,
+                        dev);
+    if (dev < 0) dev = sdev;
+    int capture = cuda::kCaptureStatusNone;
+    if (api.cuStreamIsCapturing(s, &capture) == cuda::kSuccess &&
+        capture != cuda::kCaptureStatusNone)
+      return LOOM_ERROR(kInvalidUsage,
+                        "the stream is being captured into a CUDA graph: Loom's calls on a stream "
+                        "hand off to a host thread and cannot be captured; make the call outside "
+                        "the capture");
+  }
+  if (dev >= 0 && c->runner() && c->runner()->device() != dev)
+    return LOOM_ERROR(kInvalidArgument,
+                      "the communicator runs its device calls on CUDA device {}; this call's "
+                      "buffers or stream are on device {} (one device per communicator, as NCCL)",
+                      c->runner()->device(), dev);
+  *device = dev;
+  return Status();
+}
+
+// Runs the calls of one communicator that go through its device runner: calls on device memory
+// or a stream, and every call once the communicator has a runner (one thread drives it).
+Status runOnDevice(Comm* c, std::vector<QueuedOp> ops) {
+  int device = c->runner() ? c->runner()->device() : -1;
+  for (const QueuedOp& q : ops)
+    if (device < 0) device = q.device;
+  LOOM_ASSIGN(DeviceRunner * runner, c->deviceRunner(device));
+  std::vector<cuda::CUstream> streams;
+  bool unstreamed = false;
+  for (const QueuedOp& q : ops) {
+    if (!q.stream) {
+      unstreamed = true;
+      continue;
+    }
+    auto s = static_cast<cuda::CUstream>(q.stream);
+    if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
+  }
+  if (unstreamed && !streams.empty())
+    return LOOM_ERROR(kInvalidUsage,
+                      "a group mixes calls with and without a stream on one communicator");
+  return runner->submit(std::move(ops), std::move(streams));
+}
+
 // Validates a call and queues it (in a group) or runs it.
 Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
@@ -172,10 +274,6 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
                       loomNumOps - 1);
   a.dtype = static_cast<loomDataType_t>(a.rawDtype);
   a.op = static_cast<loomRedOp_t>(a.rawOp);
-  if (stream != nullptr)
-    return LOOM_ERROR(
-        kInvalidArgument,
-        "a non-NULL stream needs a CUDA build of Loom; host calls take a NULL stream");
   int n = c->nranks(), me = c->rank();
   size_t es = dataTypeSize(a.dtype);
   LOOM_TRY(checkShape(a.coll, a.count, es, a.root, n));
@@ -200,14 +298,24 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
                         "sendbuff and recvbuff overlap without being in place as {} defines it",
                         collName(a.coll));
   }
+  int device = -1;
+  LOOM_TRY(checkDevice(c, a, stream, &device));
   if (tGroup.depth > 0) {
     QueuedOp q;
     q.comm = c;
     q.args = a;
+    q.stream = stream;
+    q.device = device;
     tGroup.ops.push_back(std::move(q));
     return Status();
   }
-  return runCall(c, a);
+  if (device < 0 && !c->runner()) return runCall(c, a);
+  QueuedOp q;
+  q.comm = c;
+  q.args = a;
+  q.stream = stream;
+  q.device = device;
+  return runOnDevice(c, {std::move(q)});
 }
 
 Status runGroup(std::vector<QueuedOp> ops) {
@@ -218,7 +326,61 @@ Status runGroup(std::vector<QueuedOp> ops) {
     seen.push_back(q.comm);
     scopes.push_back(std::make_unique<CallScope>(q.comm));
   }
-  return runCalls(ops);
+  // The communicators with device calls (or a runner) run theirs on their runner threads, posted
+  // first so that they progress together with the host calls this thread runs.
+  std::vector<QueuedOp> hostOps;
+  std::vector<std::pair<DeviceRunner*, std::shared_ptr<DeviceRunner::Job>>> posted;
+  Status first;
+  for (Comm* c : seen) {
+    std::vector<QueuedOp> mine;
+    bool device = c->runner() != nullptr;
+    for (const QueuedOp& q : ops)
+      if (q.comm == c) {
+        mine.push_back(q);
+        device |= q.device >= 0;
+      }
+    if (!device) {
+      hostOps.insert(hostOps.end(), mine.begin(), mine.end());
+      continue;
+    }
+    int dev = c->runner() ? c->runner()->device() : -1;
+    std::vector<cuda::CUstream> streams;
+    bool unstreamed = false;
+    for (const QueuedOp& q : mine) {
+      if (dev < 0) dev = q.device;
+      if (!q.stream) {
+        unstreamed = true;
+      } else if (std::find(streams.begin(), streams.end(), static_cast<cuda::CUstream>(q.stream)) ==
+                 streams.end()) {
+        streams.push_back(static_cast<cuda::CUstream>(q.stream));
+      }
+    }
+    Status st;
+    if (unstreamed && !streams.empty()) {
+      st = LOOM_ERROR(kInvalidUsage,
+                      "a group mixes calls with and without a stream on one communicator");
+    } else {
+      Result<DeviceRunner*> r = c->deviceRunner(dev);
+      if (!r.isOk()) {
+        st = r.status();
+      } else {
+        Result<std::shared_ptr<DeviceRunner::Job>> job =
+            r.value()->post(std::move(mine), std::move(streams));
+        if (job.isOk())
+          posted.emplace_back(r.value(), job.value());
+        else
+          st = job.status();
+      }
+    }
+    if (!st.isOk() && first.isOk()) first = st;
+  }
+  Status host = runCalls(hostOps);
+  if (first.isOk()) first = host;
+  for (auto& [runner, job] : posted) {
+    Status st = runner->wait(job);
+    if (first.isOk()) first = st;
+  }
+  return first;
 }
 
 // Reads an enum argument's bits without loading it as the enum type (see OpArgs::rawDtype).
@@ -283,6 +445,7 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
       return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", dt,
                         static_cast<int>(loomNumTypes) - 1);
     Comm* cm = comm->impl.get();
+    LOOM_TRY(cm->quiesce());
     // Every collective's root is checked here (the calls ignore it where it means nothing).
     if (root < 0 || root >= cm->nranks())
       return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root,
@@ -328,6 +491,7 @@ loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec) {
     // apply to which would depend on that.
     if (tGroup.depth > 0)
       return LOOM_ERROR(kInvalidUsage, "loomCommSetAlgo inside loomGroupStart/loomGroupEnd");
+    LOOM_TRY(comm->impl->quiesce());
     if (!spec || !*spec) {
       comm->impl->setAlgoOverride(nullptr);
       return Status();
@@ -460,6 +624,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
       return LOOM_ERROR(kInvalidArgument, "color {} must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
     if (tGroup.depth > 0) return LOOM_ERROR(kInvalidUsage, "loomCommSplit inside a group");
     CallScope scope(comm->impl.get());
+    LOOM_TRY(comm->impl->quiesce());
     LOOM_ASSIGN(std::unique_ptr<Comm> c, comm->impl->split(color, key, config));
     if (c) {
       auto* h = new loomComm();

@@ -18,6 +18,7 @@
 #include "src/core/params.h"
 #include "src/core/process.h"
 #include "src/runtime/calibrate.h"
+#include "src/runtime/device_runner.h"
 #include "src/runtime/executor.h"
 #include "transports/select/select.h"
 #include "transports/shm/host_group.h"
@@ -169,6 +170,9 @@ Status Comm::buildSystem() {
 }
 
 Comm::~Comm() {
+  // First: the runner's thread drives the communicator while it has calls; pending ones are
+  // released (their streams too) before anything below goes.
+  runner_.reset();
   if (shm_) shm_->setState(shm::PeerState::kClosed);
   // The transport's memory handles are made per connection and must go before it closes.
   registrations_.releaseHandles();
@@ -536,6 +540,15 @@ Result<Decision> Comm::decide(const CallShape& call, bool explain) {
   }
   return d;
 }
+
+Result<DeviceRunner*> Comm::deviceRunner(int device) {
+  if (runner_) return runner_.get();
+  if (device < 0) return LOOM_ERROR(kInternal, "a device runner without a device");
+  LOOM_ASSIGN(runner_, DeviceRunner::create(this, device));
+  return runner_.get();
+}
+
+Status Comm::quiesce() { return runner_ ? runner_->drain() : Status(); }
 
 bool Comm::onePassAttemptDue() {
   if (onePassSkip_ == 0) return true;

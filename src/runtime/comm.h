@@ -36,6 +36,7 @@ namespace loom {
 namespace shm {
 class HostGroup;
 }
+class DeviceRunner;
 class ScheduleCache;
 class RankLayout;
 
@@ -152,6 +153,16 @@ class Comm {
   bool onePassAttemptDue();
   void noteOnePassAttempt(bool ran);
 
+  // --- device calls (device_runner.h) ---
+  // The runner of this communicator's calls on device memory or CUDA streams, created on first
+  // use for `device`; from then on every call on the communicator runs on it (one thread drives
+  // the communicator) and the communicator is bound to that device.
+  Result<DeviceRunner*> deviceRunner(int device);
+  DeviceRunner* runner() const { return runner_.get(); }
+  // Waits until the runner (if any) has finished every call queued on it: the calling thread may
+  // then use the communicator's state.
+  Status quiesce();
+
   // --- failure ---
   // Marks the communicator failed with st (first error wins), tells the other ranks, and closes
   // its connections so that peers blocked on it fail promptly instead of waiting for their
@@ -223,6 +234,8 @@ class Comm {
   bool onePassReach_ = false;  // shm_->rings().everyPairCanReach(), fixed once the probes ran
   bool oneProcess_ = false;    // shm_->rings().allOneProcess()
   int onePassSkip_ = 0, onePassBackoff_ = 0;
+
+  std::unique_ptr<DeviceRunner> runner_;
 
   // Decisions.
   std::unique_ptr<ScheduleCache> schedules_;

@@ -86,6 +86,8 @@ struct QueuedOp {
   Comm* comm = nullptr;
   OpArgs args;
   std::string algorithm;
+  void* stream = nullptr;  // the user's CUDA stream (null: done on return)
+  int device = -1;         // the CUDA device of its buffers (-1: host memory)
 };
 
 // Runs the ops to completion (or failure, abort, or LOOM_TIMEOUT without progress). On failure the

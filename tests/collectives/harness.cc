@@ -9,6 +9,8 @@
 
 #include "src/core/dtype.h"
 #include "src/core/params.h"
+#include "src/device/cuda_driver.h"
+#include "src/device/device_memory.h"
 #include "tools/perf/expected.h"
 
 namespace loomtest {
@@ -105,6 +107,70 @@ struct Buffers {
   Buffers& operator=(const Buffers&) = delete;
 };
 
+// LOOMTEST_DEVICE=1: the case runs on CUDA device memory (the emulated device in CI, through
+// LOOM_CUDA_LIB): the host buffers above are copied to device buffers of the same layout, the
+// call takes the device pointers, and the output is copied back to be checked. LOOMTEST_STREAM=1:
+// on a stream of the rank's own (the call is enqueued; the test synchronizes the stream).
+bool deviceMode() {
+  const char* e = getenv("LOOMTEST_DEVICE");
+  return e && std::strcmp(e, "1") == 0;
+}
+bool streamMode() {
+  const char* e = getenv("LOOMTEST_STREAM");
+  return e && std::strcmp(e, "1") == 0;
+}
+
+class DeviceMirror {
+ public:
+  // Device copies of [in, in + inBytes) and [out, out + outBytes) on device 0.
+  std::string init(const char* in, size_t inBytes, const char* out, size_t outBytes) {
+    const loom::cuda::Driver& d = loom::cuda::cudaDriver();
+    if (!d.ok()) return "LOOMTEST_DEVICE=1 but no CUDA driver: " + d.status.message();
+    api_ = &d.api;
+    loom::Status st = loom::device::useDevice(0);
+    if (!st.isOk()) return st.message();
+    if (api_->cuMemAlloc(&in_, inBytes + 64) != 0 || api_->cuMemAlloc(&out_, outBytes + 64) != 0)
+      return "cuMemAlloc failed";
+    if (streamMode() && api_->cuStreamCreate(&stream_, loom::cuda::kStreamNonBlocking) != 0)
+      return "cuStreamCreate failed";
+    if (copy(in_, reinterpret_cast<loom::cuda::CUdeviceptr>(in), inBytes) != 0 ||
+        copy(out_, reinterpret_cast<loom::cuda::CUdeviceptr>(out), outBytes) != 0)
+      return "copying the inputs to the device failed";
+    return "";
+  }
+  ~DeviceMirror() {
+    if (!api_) return;
+    if (stream_) api_->cuStreamDestroy(stream_);
+    if (in_) api_->cuMemFree(in_);
+    if (out_) api_->cuMemFree(out_);
+  }
+  // The device address of host pointer p, which lies in [hostIn, ...) or [hostOut, ...).
+  void* in(const char* hostIn, const char* p) const {
+    return reinterpret_cast<char*>(in_) + (p - hostIn);
+  }
+  void* out(const char* hostOut, const char* p) const {
+    return reinterpret_cast<char*>(out_) + (p - hostOut);
+  }
+  void* stream() const { return stream_; }
+  // Waits for the stream (stream mode) and copies the device output back to the host.
+  std::string finish(char* hostOut, size_t outBytes) {
+    if (stream_ && api_->cuStreamSynchronize(stream_) != 0) return "cuStreamSynchronize failed";
+    if (copy(reinterpret_cast<loom::cuda::CUdeviceptr>(hostOut), out_, outBytes) != 0)
+      return "copying the output from the device failed";
+    return "";
+  }
+
+ private:
+  int copy(loom::cuda::CUdeviceptr dst, loom::cuda::CUdeviceptr src, size_t bytes) {
+    if (bytes == 0) return 0;
+    if (api_->cuMemcpyAsync(dst, src, bytes, nullptr) != 0) return 1;
+    return api_->cuStreamSynchronize(nullptr);
+  }
+  const loom::cuda::DriverApi* api_ = nullptr;
+  loom::cuda::CUdeviceptr in_ = 0, out_ = 0;
+  loom::cuda::CUstream stream_ = nullptr;
+};
+
 // Registrations of one case, released (and checked) before its buffers are freed.
 class Registrations {
  public:
@@ -181,31 +247,53 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
   }
   loomResult_t res = loomSuccess;
   int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+  // On device memory the call takes the device copies, at the same offsets.
+  DeviceMirror dev;
+  const void* sb = sendbuff;
+  void* rb = recvbuff;
+  loomStream_t stream = nullptr;
+  const size_t outBytes = std::max(inCount, outCount) * es;
+  if (deviceMode()) {
+    std::string e = dev.init(in.base, inCount * es, out.base, outBytes);
+    if (!e.empty()) return where + ": " + e;
+    sb = c.inPlace ? dev.out(out.base, sendbuff) : dev.in(in.base, sendbuff);
+    rb = dev.out(out.base, recvbuff);
+    stream = dev.stream();
+  }
   switch (c.coll) {
     case Coll::kAllReduce:
-      res = loomAllReduce(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr);
+      res = loomAllReduce(sb, rb, c.count, c.dt, c.op, comm, stream);
       break;
     case Coll::kBroadcast:
-      res = loomBroadcast(sendbuff, recvbuff, c.count, c.dt, c.root, comm, nullptr);
+      res = loomBroadcast(sb, rb, c.count, c.dt, c.root, comm, stream);
       break;
     case Coll::kReduce:
-      res = loomReduce(sendbuff, recvbuff, c.count, c.dt, c.op, c.root, comm, nullptr);
+      res = loomReduce(sb, rb, c.count, c.dt, c.op, c.root, comm, stream);
       break;
     case Coll::kAllGather:
-      res = loomAllGather(sendbuff, recvbuff, c.count, c.dt, comm, nullptr);
+      res = loomAllGather(sb, rb, c.count, c.dt, comm, stream);
       break;
     case Coll::kReduceScatter:
-      res = loomReduceScatter(sendbuff, recvbuff, c.count, c.dt, c.op, comm, nullptr);
+      res = loomReduceScatter(sb, rb, c.count, c.dt, c.op, comm, stream);
       break;
     case Coll::kAllToAll:
-      res = loomAllToAll(sendbuff, recvbuff, c.count, c.dt, comm, nullptr);
+      res = loomAllToAll(sb, rb, c.count, c.dt, comm, stream);
       break;
     case Coll::kSendRecv:
       loomGroupStart();
-      loomSend(sendbuff, c.count, c.dt, next, comm, nullptr);
-      loomRecv(recvbuff, c.count, c.dt, prev, comm, nullptr);
+      loomSend(sb, c.count, c.dt, next, comm, stream);
+      loomRecv(rb, c.count, c.dt, prev, comm, stream);
       res = loomGroupEnd();
       break;
+  }
+  if (res == loomSuccess && deviceMode()) {
+    std::string e = dev.finish(out.base, outBytes);
+    if (!e.empty()) return where + ": " + e;
+    if (stream) {  // an enqueued call's failure is the communicator's
+      loomResult_t async = loomSuccess;
+      loomCommGetAsyncError(comm, &async);
+      if (async != loomSuccess) res = async;
+    }
   }
   std::string dereg = regs.release();
   if (res == loomSuccess && !dereg.empty()) return where + ": " + dereg;

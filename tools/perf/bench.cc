@@ -18,6 +18,7 @@
 #include "src/core/status.h"
 #include "tools/perf/check.h"
 #include "tools/perf/collectives.h"
+#include "tools/perf/device_buffers.h"
 #include "tools/perf/report.h"
 
 namespace loom {
@@ -158,6 +159,16 @@ class Bench {
     send_ = allocBuffer(bufferBytes_, shared);
     recv_ = allocBuffer(bufferBytes_, shared);
     small_ = allocBuffer(64, false);
+    // --mem device (or auto where a GPU is usable): the calls take device buffers of the same
+    // size and a stream; the host buffers above are the mirrors that fill and check them.
+    if (opts_.mem == "device" || (opts_.mem == "auto" && deviceUnavailable().empty())) {
+      if (opts_.mem == "device" && !deviceUnavailable().empty()) {
+        usageError_ = true;
+        return Status(Code::kInvalidArgument,
+                      "--mem device: no usable GPU: " + deviceUnavailable());
+      }
+      onDevice_ = true;
+    }
     if (!send_ || !recv_ || !small_)
       return Status(Code::kSystem, fmt::format("cannot allocate 2 x {} bytes of host memory{}",
                                                bufferBytes_, shared ? " (loomMemAlloc)" : ""));
@@ -168,6 +179,11 @@ class Bench {
     }
 
     LOOM_TRY(gatherRanks());
+    if (onDevice_) {
+      LOOM_TRY(dev_.init(ranks_[static_cast<size_t>(ctx_.rank)].device, bufferBytes_)
+                   .withContext("--mem device"));
+      LOOM_TRY(gatherDevices());
+    }
     print(formatHeader(opts_, ranks_));
     for (loomDataType_t type : opts_.types)
       for (loomRedOp_t op : ops)
@@ -239,6 +255,30 @@ class Bench {
     return Status::ok();
   }
 
+  // Each rank's GPU, for the header (nccl-tests names each rank's device and bus id).
+  Status gatherDevices() {
+    struct Wire {
+      int32_t device;
+      char name[92];
+      char bus[32];
+    };
+    const size_t n = static_cast<size_t>(ctx_.nranks);
+    HostBuffer mem = allocBuffer(sizeof(Wire) * (n + 1), false);
+    Wire* all = reinterpret_cast<Wire*>(mem.get());
+    Wire& mine = all[n];
+    mine.device = dev_.device();
+    std::snprintf(mine.name, sizeof(mine.name), "%s", dev_.name().c_str());
+    std::snprintf(mine.bus, sizeof(mine.bus), "%s", dev_.busId().c_str());
+    LOOM_TRY(loomCall(loomAllGather(&mine, all, sizeof(Wire), loomUint8, ctx_.comm, nullptr),
+                      "loomAllGather (device information)"));
+    for (size_t r = 0; r < n; ++r) {
+      ranks_[r].device = all[r].device;
+      ranks_[r].gpu = std::string(all[r].name, strnlen(all[r].name, sizeof(all[r].name)));
+      ranks_[r].busId = std::string(all[r].bus, strnlen(all[r].bus, sizeof(all[r].bus)));
+    }
+    return Status::ok();
+  }
+
   Status gatherRanks() {
     WireRankInfo mine{};
     mine.rank = ctx_.rank;
@@ -276,8 +316,38 @@ class Bench {
       send = recv + rank * c.sendInplaceOffset * el;
       recv = recv + rank * c.recvInplaceOffset * el;
     }
-    return CollCall{opts_.coll, send, recv,      c.paramCount, type,
-                    op,         root, ctx_.rank, ctx_.nranks,  ctx_.comm};
+    CollCall call{opts_.coll, send, recv,      c.paramCount, type,
+                  op,         root, ctx_.rank, ctx_.nranks,  ctx_.comm};
+    return onDevice_ ? onDeviceCall(call) : call;
+  }
+
+  // The same call on the device buffers (at the same offsets) and the rank's stream.
+  CollCall onDeviceCall(CollCall host) const {
+    auto move = [&](const void* p, const char* hostBase, void* devBase) -> void* {
+      return static_cast<char*>(devBase) + (static_cast<const char*>(p) - hostBase);
+    };
+    const bool inRecv =
+        host.sendbuff >= recv_.get() && host.sendbuff < recv_.get() + bufferBytes_ + 1;
+    host.sendbuff = inRecv ? move(host.sendbuff, recv_.get(), dev_.recv())
+                           : move(host.sendbuff, send_.get(), dev_.send());
+    host.recvbuff = move(host.recvbuff, recv_.get(), dev_.recv());
+    host.stream = dev_.stream();
+    return host;
+  }
+
+  // The host mirror of a device call (fill and check work on it).
+  CollCall onHostCall(CollCall dev) const {
+    auto move = [&](const void* p, void* devBase, const char* hostBase) -> char* {
+      return const_cast<char*>(hostBase) +
+             (static_cast<const char*>(p) - static_cast<char*>(devBase));
+    };
+    const bool inRecv = dev.sendbuff >= dev_.recv() &&
+                        dev.sendbuff < static_cast<char*>(dev_.recv()) + bufferBytes_ + 1;
+    dev.sendbuff = inRecv ? move(dev.sendbuff, dev_.recv(), recv_.get())
+                          : move(dev.sendbuff, dev_.send(), send_.get());
+    dev.recvbuff = move(dev.recvbuff, dev_.recv(), recv_.get());
+    dev.stream = nullptr;
+    return dev;
   }
 
   Status issue(const CollCall& call) {
@@ -458,8 +528,13 @@ class Bench {
         }
       }
       if (agg > 1) LOOM_TRY(loomCall(loomGroupEnd(), "loomGroupEnd"));
-      if (opts_.blocking) LOOM_TRY(barrier());
+      if (opts_.blocking) {
+        if (onDevice_) LOOM_TRY(dev_.sync());
+        LOOM_TRY(barrier());
+      }
     }
+    // On a stream the calls were enqueued: the clock stops when the stream has run them.
+    if (onDevice_) LOOM_TRY(dev_.sync());
     std::chrono::duration<double> delta = std::chrono::steady_clock::now() - start;
     double sec = delta.count() / (static_cast<double>(opts_.iters) * agg);
     LOOM_TRY(combineTime(&sec));
@@ -472,9 +547,18 @@ class Bench {
     if (opts_.check > 0) {
       int64_t wrong = 0;
       for (int rep = 0; rep < opts_.check; ++rep) {
-        CheckCall cc{makeCall(type, op, root, c, inPlace, 0), c};
+        const CollCall call = makeCall(type, op, root, c, inPlace, 0);
+        CheckCall cc{onDevice_ ? onHostCall(call) : call, c};
         fillInputs(cc, pattern);
-        LOOM_TRY(issue(cc.call));
+        if (onDevice_) {  // the mirrors to the device, the call, the output back
+          LOOM_TRY(dev_.toDevice(dev_.send(), send_.get(), bufferBytes_));
+          LOOM_TRY(dev_.toDevice(dev_.recv(), recv_.get(), bufferBytes_));
+        }
+        LOOM_TRY(issue(call));
+        if (onDevice_) {
+          LOOM_TRY(dev_.sync());
+          LOOM_TRY(dev_.toHost(recv_.get(), dev_.recv(), bufferBytes_));
+        }
         std::string firstBad;
         int64_t bad = checkOutputs(cc, pattern, &firstBad);
         if (bad > 0 && reportedMismatches_ < kMaxMismatchReports) {
@@ -522,6 +606,8 @@ class Bench {
   const Options& opts_;
   const RankContext ctx_;
   HostBuffer send_, recv_, small_;
+  bool onDevice_ = false;
+  DeviceBuffers dev_;
   Registration sendReg_, recvReg_;  // -R; declared after the buffers: released before them
   size_t bufferBytes_ = 0;
   std::vector<RankInfo> ranks_;

@@ -97,22 +97,22 @@ loomResult_t runColl(const CollCall& c, const char** what) {
   switch (c.kind) {
     case CollKind::kAllReduce:
       *what = "loomAllReduce";
-      return loomAllReduce(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.comm, nullptr);
+      return loomAllReduce(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.comm, c.stream);
     case CollKind::kAllGather:
       *what = "loomAllGather";
-      return loomAllGather(c.sendbuff, c.recvbuff, c.count, c.type, c.comm, nullptr);
+      return loomAllGather(c.sendbuff, c.recvbuff, c.count, c.type, c.comm, c.stream);
     case CollKind::kReduceScatter:
       *what = "loomReduceScatter";
-      return loomReduceScatter(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.comm, nullptr);
+      return loomReduceScatter(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.comm, c.stream);
     case CollKind::kBroadcast:
       *what = "loomBroadcast";
-      return loomBroadcast(c.sendbuff, c.recvbuff, c.count, c.type, c.root, c.comm, nullptr);
+      return loomBroadcast(c.sendbuff, c.recvbuff, c.count, c.type, c.root, c.comm, c.stream);
     case CollKind::kReduce:
       *what = "loomReduce";
-      return loomReduce(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.root, c.comm, nullptr);
+      return loomReduce(c.sendbuff, c.recvbuff, c.count, c.type, c.op, c.root, c.comm, c.stream);
     case CollKind::kAllToAll:
       *what = "loomAllToAll";
-      return loomAllToAll(c.sendbuff, c.recvbuff, c.count, c.type, c.comm, nullptr);
+      return loomAllToAll(c.sendbuff, c.recvbuff, c.count, c.type, c.comm, c.stream);
     case CollKind::kSendRecv: {
       // Rank r sends to r+1 and receives from r-1, as nccl-tests' sendrecv_perf.
       int next = (c.rank + 1) % c.nranks;
@@ -121,10 +121,10 @@ loomResult_t runColl(const CollCall& c, const char** what) {
       loomResult_t res = loomGroupStart();
       if (res != loomSuccess) return res;
       *what = "loomSend";
-      res = loomSend(c.sendbuff, c.count, c.type, next, c.comm, nullptr);
+      res = loomSend(c.sendbuff, c.count, c.type, next, c.comm, c.stream);
       if (res == loomSuccess) {
         *what = "loomRecv";
-        res = loomRecv(c.recvbuff, c.count, c.type, prev, c.comm, nullptr);
+        res = loomRecv(c.recvbuff, c.count, c.type, prev, c.comm, c.stream);
       }
       // The group must be closed even after a failure inside it.
       loomResult_t end = loomGroupEnd();

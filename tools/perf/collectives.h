@@ -46,6 +46,7 @@ struct CollCall {
   int rank;
   int nranks;
   loomComm_t comm;
+  loomStream_t stream = nullptr;  // --mem device: the rank's stream
 };
 
 // Issues one operation; fills *what with the failing call's name on error.

@@ -194,6 +194,8 @@ int parseOptions(int argc, char** argv, Options* opts) {
                  "Comma list of algorithms (LOOM_ALGO names, and 'auto' for the planner's choice) "
                  "to time interleaved at each size, out of place: every round runs each once "
                  "(-n iterations, timed as -a says), and each keeps its best round");
+  app.add_option("--mem", opts->mem,
+                 "Buffers: host, device, or auto (device where a GPU is usable; default)");
   app.add_option("--compare-rounds", opts->compareRounds, "Rounds of --compare (default 5)");
   app.footer(
       "Without -np, ranks come from mpirun (OMPI_COMM_WORLD_*), torchrun (WORLD_SIZE), or srun "
@@ -244,6 +246,11 @@ int parseOptions(int argc, char** argv, Options* opts) {
   if (opts->nThreads != 1)
     return usageError("-t " + std::to_string(opts->nThreads) +
                       ": only one thread per process is supported; use -np N for N ranks");
+  if (opts->mem != "host" && opts->mem != "device" && opts->mem != "auto")
+    return usageError("--mem " + opts->mem + ": host, device or auto");
+  if (opts->mem == "device" && opts->localRegister)
+    return usageError(
+        "-R registers host memory from loomMemAlloc; it does not go with --mem device");
   if (opts->nGpus != 1)
     return usageError("-g " + std::to_string(opts->nGpus) +
                       ": only one device per thread is supported; use -np N for N ranks");

@@ -46,6 +46,9 @@ struct Options {
   // (out of place), each the best of compareRounds rounds of -n iterations.
   std::vector<std::string> compare;
   int compareRounds = 5;
+  // --mem: where the buffers live: "host", "device" (a GPU of the rank's, through the CUDA driver),
+  // or "auto" (device where a GPU is usable, else host).
+  std::string mem = "auto";
 };
 
 // Parses argv into *opts. Returns -1 when the program should run, otherwise the exit code

@@ -55,10 +55,18 @@ std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks
   if (opts.blocking)
     out += "# Blocking Enabled: wait for completion and barrier after each collective \n";
   out += "#\n";
+  if (!ranks.empty() && !ranks[0].gpu.empty())
+    out +=
+        "# Buffers on CUDA devices (--mem device); calls enqueued on each rank's stream, timed "
+        "to its synchronization\n";
   out += "# Using devices\n";
   for (const auto& r : ranks) {
-    out += cformat("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r.rank, 0, r.pid,
-                   r.host.c_str(), r.device, r.cpu.c_str());
+    if (!r.gpu.empty())
+      out += cformat("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, 0, r.pid,
+                     r.host.c_str(), r.device, r.busId.c_str(), r.gpu.c_str());
+    else
+      out += cformat("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r.rank, 0,
+                     r.pid, r.host.c_str(), r.device, r.cpu.c_str());
   }
   out += "#\n";
   if (!opts.compare.empty()) {
@@ -166,8 +174,13 @@ bool writeJson(const std::string& path, const JsonReport& report, std::string* e
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : report.ranks) {
-    ranks.push_back(
-        {{"rank", r.rank}, {"pid", r.pid}, {"host", r.host}, {"device", r.device}, {"cpu", r.cpu}});
+    ranks.push_back({{"rank", r.rank},
+                     {"pid", r.pid},
+                     {"host", r.host},
+                     {"device", r.device},
+                     {"cpu", r.cpu},
+                     {"gpu", r.gpu},
+                     {"bus_id", r.busId}});
   }
   j["ranks"] = ranks;
   nlohmann::json rows = nlohmann::json::array();

@@ -19,6 +19,8 @@ struct RankInfo {
   int device = 0;  // index of this rank among the ranks of its host
   std::string host;
   std::string cpu;
+  std::string gpu;    // --mem device: the GPU's name ("" on host memory)
+  std::string busId;  // and its PCI bus id
 };
 
 struct Measurement {

@@ -17,71 +17,17 @@
 
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/device/cuda_driver.h"
 
 namespace loom {
 namespace ib {
 namespace {
 
-// The CUDA driver API entry points used here, declared with their C ABI (no cuda.h needed).
-using CuResult = int;
-using CuDevicePtr = unsigned long long;         // NOLINT: the driver's CUdeviceptr
-constexpr int kCuAttrDmaBufSupported = 124;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
-constexpr int kCuPointerAttrDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr int kCuPointerAttrMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr unsigned kCuMemoryTypeDevice = 2;     // CU_MEMORYTYPE_DEVICE
-constexpr int kCuRangeHandleDmaBufFd = 1;       // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+using cuda::CUdeviceptr;
+using cuda::CUresult;
 
-struct Cuda {
-  CuResult (*init)(unsigned) = nullptr;
-  CuResult (*deviceGetCount)(int*) = nullptr;
-  CuResult (*deviceGet)(int*, int) = nullptr;
-  CuResult (*deviceGetAttribute)(int*, int, int) = nullptr;
-  CuResult (*deviceGetPciBusId)(char*, int, int) = nullptr;
-  CuResult (*pointerGetAttribute)(void*, int, CuDevicePtr) = nullptr;
-  CuResult (*memGetAddressRange)(CuDevicePtr*, size_t*, CuDevicePtr) = nullptr;
-  CuResult (*memGetHandleForAddressRange)(void*, CuDevicePtr, size_t, int,
-                                          unsigned long long) = nullptr;  // NOLINT
-  int gpus = 0;
-  Status status;
-};
-
-const Cuda& cuda() {
-  static Cuda* c = [] {
-    auto* r = new Cuda();
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* e = dlerror();
-      r->status = LOOM_ERROR(kCuda, "no CUDA driver ({})", e != nullptr ? e : "libcuda.so.1");
-      return r;
-    }
-    auto sym = [&](const char* name, auto* out) {
-      *out = reinterpret_cast<std::remove_pointer_t<decltype(out)>>(dlsym(h, name));
-      return *out != nullptr;
-    };
-    bool ok = sym("cuInit", &r->init) && sym("cuDeviceGetCount", &r->deviceGetCount) &&
-              sym("cuDeviceGet", &r->deviceGet) &&
-              sym("cuDeviceGetAttribute", &r->deviceGetAttribute) &&
-              sym("cuDeviceGetPCIBusId", &r->deviceGetPciBusId) &&
-              sym("cuPointerGetAttribute", &r->pointerGetAttribute) &&
-              sym("cuMemGetAddressRange_v2", &r->memGetAddressRange);
-    sym("cuMemGetHandleForAddressRange", &r->memGetHandleForAddressRange);  // CUDA 11.7+
-    if (!ok) {
-      r->status = LOOM_ERROR(kCuda, "the CUDA driver lacks an entry point Loom needs");
-      return r;
-    }
-    CuResult rc = r->init(0);
-    if (rc != 0) {
-      r->status = LOOM_ERROR(kCuda, "the CUDA driver failed to initialise (CUresult {})", rc);
-      return r;
-    }
-    if (r->deviceGetCount(&r->gpus) != 0 || r->gpus == 0) {
-      r->status = LOOM_ERROR(kCuda, "the CUDA driver sees no GPU");
-      return r;
-    }
-    return r;
-  }();
-  return *c;
-}
+// The CUDA driver's table (src/device/cuda_driver.h), or why it is unusable.
+const cuda::Driver& driver() { return cuda::cudaDriver(); }
 
 bool exists(const char* path) {
   struct stat st;
@@ -92,27 +38,27 @@ constexpr size_t kGpuPage = 1 << 16;  // dma-buf export granularity used by GPUs
 
 }  // namespace
 
-Status cudaDriverAvailable() { return cuda().status; }
+Status cudaDriverAvailable() { return driver().status; }
 
 bool isGpuPointer(const void* data) {
-  const Cuda& c = cuda();
-  if (!c.status.isOk()) return false;
+  const cuda::Driver& d = driver();
+  if (!d.ok()) return false;
   unsigned type = 0;
-  return c.pointerGetAttribute(&type, kCuPointerAttrMemoryType,
-                               reinterpret_cast<CuDevicePtr>(data)) == 0 &&
-         type == kCuMemoryTypeDevice;
+  return d.api.cuPointerGetAttribute(&type, cuda::kPointerAttrMemoryType,
+                                     reinterpret_cast<CUdeviceptr>(data)) == cuda::kSuccess &&
+         type == cuda::kMemoryTypeDevice;
 }
 
 std::string gpuPciPath(const void* data) {
-  const Cuda& c = cuda();
-  if (!c.status.isOk()) return std::string();
+  const cuda::Driver& d = driver();
+  if (!d.ok()) return std::string();
   int ordinal = -1, dev = -1;
-  if (c.pointerGetAttribute(&ordinal, kCuPointerAttrDeviceOrdinal,
-                            reinterpret_cast<CuDevicePtr>(data)) != 0 ||
-      c.deviceGet(&dev, ordinal) != 0)
+  if (d.api.cuPointerGetAttribute(&ordinal, cuda::kPointerAttrDeviceOrdinal,
+                                  reinterpret_cast<CUdeviceptr>(data)) != cuda::kSuccess ||
+      d.api.cuDeviceGet(&dev, ordinal) != cuda::kSuccess)
     return std::string();
   char bus[64] = {};
-  if (c.deviceGetPciBusId(bus, sizeof(bus), dev) != 0) return std::string();
+  if (d.api.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != cuda::kSuccess) return std::string();
   for (char* p = bus; *p; ++p) *p = static_cast<char>(tolower(*p));
   char real[PATH_MAX];
   std::string sys = std::string("/sys/bus/pci/devices/") + bus;
@@ -122,16 +68,17 @@ std::string gpuPciPath(const void* data) {
 
 Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
                  size_t* length) {
-  const Cuda& c = cuda();
-  LOOM_TRY(c.status);
-  if (c.memGetHandleForAddressRange == nullptr)
+  const cuda::Driver& d = driver();
+  LOOM_TRY(d.status);
+  if (d.api.cuMemGetHandleForAddressRange == nullptr)
     return LOOM_ERROR(kCuda, "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf)");
   uintptr_t p = reinterpret_cast<uintptr_t>(data);
   uintptr_t b = p & ~(kGpuPage - 1);
   uintptr_t e = (p + size + kGpuPage - 1) & ~(kGpuPage - 1);
   int out = -1;
-  CuResult rc = c.memGetHandleForAddressRange(&out, b, e - b, kCuRangeHandleDmaBufFd, 0);
-  if (rc != 0)
+  CUresult rc =
+      d.api.cuMemGetHandleForAddressRange(&out, b, e - b, cuda::kMemRangeHandleTypeDmaBufFd, 0);
+  if (rc != cuda::kSuccess)
     return LOOM_ERROR(kCuda, "cuMemGetHandleForAddressRange failed (CUresult {}) for {} bytes", rc,
                       e - b);
   *fd = out;
@@ -143,7 +90,7 @@ Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintp
 
 GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd) {
   GdrSupport g;
-  Status cu = cuda().status;
+  Status cu = driver().status;
   g.cudaDriver = cu.isOk();
   std::vector<std::string> notes;
   if (!g.cudaDriver) notes.push_back(cu.message());
@@ -171,9 +118,9 @@ GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd) {
       dmabufNote = "dma-buf: the NIC supports it, no CUDA driver";
     } else {
       int supported = 0, dev = 0;
-      const Cuda& c = cuda();
-      if (c.memGetHandleForAddressRange != nullptr && c.deviceGet(&dev, 0) == 0 &&
-          c.deviceGetAttribute(&supported, kCuAttrDmaBufSupported, dev) == 0 && supported) {
+      const cuda::DriverApi& c = driver().api;
+      if (c.cuMemGetHandleForAddressRange != nullptr && c.cuDeviceGet(&dev, 0) == 0 &&
+          c.cuDeviceGetAttribute(&supported, cuda::kAttrDmaBufSupported, dev) == 0 && supported) {
         g.dmabuf = true;
         dmabufNote = "dma-buf supported by the NIC and the CUDA driver";
       } else {

@@ -1,0 +1,282 @@
+#include "src/runtime/device_runner.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "src/core/collective.h"
+#include "src/core/dtype.h"
+#include "src/core/log.h"
+#include "src/device/device_memory.h"
+#include "src/runtime/comm.h"
+#include "src/runtime/run.h"
+
+namespace loom {
+
+namespace {
+
+// One device range of a call copied to the host before it runs (in) or back after it (out).
+struct Copy {
+  cuda::CUdeviceptr device;
+  char* host;
+  size_t bytes;
+};
+
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int device) {
+  std::unique_ptr<DeviceRunner> r(new DeviceRunner(comm, device));
+  LOOM_TRY(device::useDevice(device));
+  LOOM_ASSIGN(device::StreamSignal * s, device::StreamSignal::create());
+  r->signal_.reset(s);
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  LOOM_CU(api.cuStreamCreate(&r->stream_, cuda::kStreamNonBlocking));
+  r->thread_ = std::thread([p = r.get()] { p->loop(); });
+  LOOM_INFO(kSubInit,
+            "rank {}: device calls on CUDA device {}, staged through pinned host memory; streams "
+            "signalled by {}",
+            comm->rank(), device,
+            s->memOps() ? "stream memory operations" : "a host function and a wait kernel");
+  return r;
+}
+
+DeviceRunner::~DeviceRunner() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  if (stream_) {
+    api.cuStreamSynchronize(stream_);
+    api.cuStreamDestroy(stream_);
+  }
+  if (pinned_) api.cuMemFreeHost(pinned_);
+}
+
+Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<QueuedOp> calls,
+                                                              std::vector<cuda::CUstream> streams) {
+  auto job = std::make_shared<Job>();
+  job->calls = std::move(calls);
+  job->streams = std::move(streams);
+  if (!job->streams.empty()) {
+    // The first stream carries the handoff; the others join it before and after (events), as a
+    // group's streams must all reach the calls and all wait for them.
+    const cuda::DriverApi& api = cuda::cudaDriver().api;
+    LOOM_TRY(device::useDevice(device_));
+    cuda::CUstream lead = job->streams[0];
+    auto event = [&](cuda::CUevent* ev) -> Status {
+      LOOM_CU(api.cuEventCreate(ev, cuda::kEventDisableTiming));
+      job->events.push_back(*ev);
+      return Status();
+    };
+    for (size_t i = 1; i < job->streams.size(); ++i) {
+      cuda::CUevent ev = nullptr;
+      LOOM_TRY(event(&ev));
+      LOOM_CU(api.cuEventRecord(ev, job->streams[i]));
+      LOOM_CU(api.cuStreamWaitEvent(lead, ev, 0));
+    }
+    job->seq = ++nextSeq_;
+    LOOM_TRY(signal_->enqueue(lead, job->seq));
+    for (size_t i = 1; i < job->streams.size(); ++i) {
+      cuda::CUevent ev = nullptr;
+      LOOM_TRY(event(&ev));
+      LOOM_CU(api.cuEventRecord(ev, lead));
+      LOOM_CU(api.cuStreamWaitEvent(job->streams[i], ev, 0));
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stop_) return LOOM_ERROR(kInvalidUsage, "the communicator is being destroyed");
+  jobs_.push_back(job);
+  cv_.notify_all();
+  return job;
+}
+
+Status DeviceRunner::wait(const std::shared_ptr<Job>& job) {
+  if (job->seq) return Status();  // on streams: enqueued
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return job->finished; });
+  return job->status;
+}
+
+void DeviceRunner::finish(Job* job, Status st) {
+  if (job->seq) signal_->release(job->seq);
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  for (cuda::CUevent ev : job->events) api.cuEventDestroy(ev);
+  job->events.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  job->status = std::move(st);
+  job->finished = true;
+  cv_.notify_all();
+}
+
+void DeviceRunner::loop() {
+  Status ctx = device::useDevice(device_);
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, nothing left
+      job = jobs_.front();
+      jobs_.pop_front();
+      if (stop_) {
+        lk.unlock();
+        Status why = comm_->asyncError();
+        finish(job.get(), why.isOk() ? LOOM_ERROR(kInvalidUsage,
+                                                  "the communicator was destroyed with this call "
+                                                  "pending on a stream")
+                                     : why);
+        continue;
+      }
+    }
+    // The stream's own work before the call: no deadline (it may be long), but an abort, a
+    // failure or destruction ends the wait.
+    Status st = ctx;
+    if (st.isOk() && job->seq) {
+      int64_t napUs = 1;
+      while (!signal_->isReady(job->seq)) {
+        if (comm_->aborted()) {
+          st = LOOM_ERROR(kAborted, "communicator aborted (loomCommAbort)");
+          break;
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (stop_) {
+            st = LOOM_ERROR(kInvalidUsage,
+                            "the communicator was destroyed before its stream reached this call");
+            break;
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(napUs));
+        napUs = std::min<int64_t>(napUs * 2, 1000);
+      }
+    }
+    if (st.isOk()) {
+      Status failed = comm_->asyncError();
+      st = failed.isOk() ? run(*job) : failed;
+    }
+    if (!st.isOk() && st.code() != Code::kAborted && comm_->asyncError().isOk()) comm_->fail(st);
+    if (!st.isOk() && job->seq)
+      LOOM_WARN(
+          "rank {}: a call on a CUDA stream failed (the stream is released; "
+          "loomCommGetAsyncError reports it): {}",
+          comm_->rank(), st.message());
+    finish(job.get(), st);
+  }
+}
+
+Result<char*> DeviceRunner::staging(size_t bytes) {
+  if (bytes <= pinnedBytes_) return pinned_;
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  if (pinned_) {
+    LOOM_CU(api.cuStreamSynchronize(stream_));
+    api.cuMemFreeHost(pinned_);
+    pinned_ = nullptr;
+    pinnedBytes_ = 0;
+  }
+  const size_t want = std::max(bytes, pinnedBytes_ * 2);
+  void* p = nullptr;
+  LOOM_CU(api.cuMemHostAlloc(&p, want, cuda::kMemHostAllocPortable));
+  pinned_ = static_cast<char*>(p);
+  pinnedBytes_ = want;
+  return pinned_;
+}
+
+Status DeviceRunner::run(Job& job) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  const int n = comm_->nranks(), me = comm_->rank();
+  // Where each call's device buffers go on the host: in place, the whole buffer the input lives
+  // in (it holds both); out of place, the input (read) and the output (written in full).
+  struct StagePlan {
+    size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
+    bool stageIn = false, stageOut = false, whole = false;
+  };
+  std::vector<StagePlan> plans(job.calls.size());
+  size_t total = 0;
+  for (size_t i = 0; i < job.calls.size(); ++i) {
+    const OpArgs& a = job.calls[i].args;
+    StagePlan& p = plans[i];
+    const size_t es = dataTypeSize(a.dtype);
+    const CollCounts c = collCounts(a.coll, a.count, n);
+    const bool usesIn = a.sendbuff && collUsesInput(a.coll, me, a.root, a.isSend);
+    const bool usesOut = a.recvbuff && collUsesOutput(a.coll, me, a.root, a.isSend);
+    const bool inDev = usesIn && device::classify(a.sendbuff).kind == MemKind::kCudaDevice;
+    const bool outDev = usesOut && device::classify(a.recvbuff).kind == MemKind::kCudaDevice;
+    if (a.inPlace && (inDev || outDev)) {
+      // The larger buffer holds the other (ReduceScatter: the input; else the output).
+      p.whole = true;
+      p.stageIn = p.stageOut = true;
+      p.inBytes = (a.coll == CollKind::kReduceScatter ? c.input : c.output) * es;
+      p.inOff = total;
+      total += alignUp(p.inBytes);
+      continue;
+    }
+    if (inDev) {
+      p.stageIn = true;
+      p.inBytes = c.input * es;
+      p.inOff = total;
+      total += alignUp(p.inBytes);
+    }
+    if (outDev) {
+      p.stageOut = true;
+      p.outBytes = c.output * es;
+      p.outOff = total;
+      total += alignUp(p.outBytes);
+    }
+  }
+  char* host = nullptr;
+  if (total) {
+    LOOM_ASSIGN(host, staging(total));
+  }
+  std::vector<QueuedOp> hostCalls = job.calls;
+  std::vector<Copy> ins, outs;
+  for (size_t i = 0; i < job.calls.size(); ++i) {
+    const OpArgs& a = job.calls[i].args;
+    OpArgs& h = hostCalls[i].args;
+    const StagePlan& p = plans[i];
+    const size_t es = dataTypeSize(a.dtype);
+    if (p.whole) {
+      const bool rs = a.coll == CollKind::kReduceScatter;
+      const char* base = static_cast<const char*>(rs ? a.sendbuff : a.recvbuff);
+      char* hb = host + p.inOff;
+      const size_t block = collInPlaceOffset(a.coll, a.count, me) * es;
+      ins.push_back({reinterpret_cast<cuda::CUdeviceptr>(base), hb, p.inBytes});
+      outs.push_back({reinterpret_cast<cuda::CUdeviceptr>(base), hb, p.inBytes});
+      if (rs) {
+        h.sendbuff = hb;
+        h.recvbuff = hb + block;
+      } else {
+        h.recvbuff = hb;
+        h.sendbuff = hb + block;
+      }
+      continue;
+    }
+    if (p.stageIn) {
+      ins.push_back({reinterpret_cast<cuda::CUdeviceptr>(a.sendbuff), host + p.inOff, p.inBytes});
+      h.sendbuff = host + p.inOff;
+    }
+    if (p.stageOut) {
+      outs.push_back(
+          {reinterpret_cast<cuda::CUdeviceptr>(a.recvbuff), host + p.outOff, p.outBytes});
+      h.recvbuff = host + p.outOff;
+    }
+  }
+  for (const Copy& c : ins)
+    if (c.bytes)
+      LOOM_CU(api.cuMemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(c.host), c.device, c.bytes,
+                                stream_));
+  if (!ins.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
+  LOOM_TRY(runCalls(hostCalls));
+  for (const Copy& c : outs)
+    if (c.bytes)
+      LOOM_CU(api.cuMemcpyAsync(c.device, reinterpret_cast<cuda::CUdeviceptr>(c.host), c.bytes,
+                                stream_));
+  if (!outs.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
+  return Status();
+}
+
+}  // namespace loom

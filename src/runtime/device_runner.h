@@ -1,0 +1,100 @@
+// Calls on CUDA device memory, and calls enqueued on a CUDA stream, for one communicator.
+//
+// Semantics (NCCL's, include/loom/loom.h): a call (or a group) with a stream is enqueued and
+// returns at once; it starts when the work before it on that stream is done, and the work after
+// it waits for it. A call on device memory with a NULL stream is done when it returns. A failed or
+// aborted communicator, or one destroyed with calls pending, still releases every stream waiting
+// on it (src/device/stream_signal.h); the failure is the communicator's error
+// (loomCommGetAsyncError).
+//
+// How: the communicator's runner thread takes the calls in issue order. For a call on a stream it
+// waits until the stream reaches it (no deadline: the work before it may be long; an abort ends
+// the wait), then runs it, then releases the stream. The device buffers of a call are staged
+// through pinned host memory: the inputs are copied to the host by the device's copy engines on
+// Loom's own stream, the call runs on the host path (dispatch, the executor, the transports), and
+// the outputs are copied back. Every transport and path works this way; it is the first of the
+// device paths (GPU-to-GPU copies, CUDA IPC and GPUDirect RDMA, which skip the staging, come next).
+//
+// Threads: once a communicator has a runner, every call on it runs on the runner thread (the
+// calling thread waits for a call without a stream), so one thread drives the communicator as the
+// executor requires. submit() follows the API's one-thread-per-communicator rule.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "src/core/status.h"
+#include "src/device/cuda_driver.h"
+#include "src/device/stream_signal.h"
+#include "src/runtime/executor.h"
+
+namespace loom {
+
+class Comm;
+
+class DeviceRunner {
+ public:
+  // The runner of comm on CUDA device `device` (its primary context), with its thread started.
+  static Result<std::unique_ptr<DeviceRunner>> create(Comm* comm, int device);
+  // Stops the thread: calls still pending fail with the communicator's error (or "destroyed with
+  // calls pending") and their streams are released.
+  ~DeviceRunner();
+  DeviceRunner(const DeviceRunner&) = delete;
+  DeviceRunner& operator=(const DeviceRunner&) = delete;
+
+  int device() const { return device_; }
+
+  struct Job;
+  // Queues calls (one call, or a group's calls on this communicator) in issue order, with the
+  // distinct user streams of the calls (none: the caller waits with wait()). With streams, the
+  // calls are enqueued on them when this returns.
+  Result<std::shared_ptr<Job>> post(std::vector<QueuedOp> calls,
+                                    std::vector<cuda::CUstream> streams);
+  // Waits until a posted job without streams is complete; its status.
+  Status wait(const std::shared_ptr<Job>& job);
+  // Waits until every call posted so far is complete (for calls that read or change what the
+  // runner thread uses: loomCommSetAlgo, loomCommPlanInfo, loomCommSplit).
+  Status drain() { return submit({}, {}); }
+  // post, then wait when there are no streams.
+  Status submit(std::vector<QueuedOp> calls, std::vector<cuda::CUstream> streams) {
+    LOOM_ASSIGN(std::shared_ptr<Job> job, post(std::move(calls), std::move(streams)));
+    return wait(job);
+  }
+
+  struct Job {
+    std::vector<QueuedOp> calls;
+    std::vector<cuda::CUstream> streams;
+    uint64_t seq = 0;  // on streams: the signal's sequence number; 0: a caller waits
+    std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
+    bool finished = false;
+    Status status;
+  };
+
+ private:
+  DeviceRunner(Comm* comm, int device) : comm_(comm), device_(device) {}
+  void loop();
+  Status run(Job& job);
+  // Pinned host memory for a job's staging, grown as needed and reused.
+  Result<char*> staging(size_t bytes);
+  void finish(Job* job, Status st);
+
+  Comm* comm_;
+  int device_;
+  std::unique_ptr<device::StreamSignal> signal_;
+  cuda::CUstream stream_ = nullptr;  // Loom's own stream for the staging copies
+  char* pinned_ = nullptr;
+  size_t pinnedBytes_ = 0;
+  uint64_t nextSeq_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace loom

@@ -1,0 +1,220 @@
+// Entry points: device memory (cuMemAlloc/Free), host memory known to the device (cuMemHostAlloc,
+// cuMemHostRegister), and what a pointer is (cuPointerGetAttribute, cuMemGetAddressRange).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "tests/device/fake_cuda/memory.h"
+
+using namespace fakecuda;    // NOLINT(build/namespaces)
+using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's types and constants
+
+namespace {
+
+size_t pageSize() { return size_t(::getpagesize()); }
+
+template <class T>
+void put(void* data, T v) {
+  std::memcpy(data, &v, sizeof(T));
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  FAKECUDA_ENTRY();
+  if (dptr == nullptr || bytes == 0) return kErrorInvalidValue;
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    const size_t span = roundUp(bytes, kGranularity);
+    std::shared_ptr<Backing> b;
+    FAKECUDA_TRY(makeBacking(c->dev, span, roundUp(bytes, pageSize()), &b));
+    auto r = std::make_shared<Region>();
+    r->base = space().reserve(span, kGranularity);
+    if (r->base == 0) return kErrorOutOfMemory;
+    r->span = span;
+    r->size = bytes;
+    r->kind = RegionKind::kAlloc;
+    r->shadow = mapShadow(b->fd, span, 0);
+    if (r->shadow == nullptr) return kErrorOutOfMemory;
+    r->shadowLen = span;
+    r->backing = std::move(b);
+    r->ctx = c;
+    r->gen = c->gen.load();
+    r->device = c->dev->ordinal;
+    r->bufferId = nextBufferId();
+    *dptr = r->base;
+    space().insert(std::move(r));
+    count(kAllocations);
+    return kSuccess;
+  });
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    if (dptr == 0) return kSuccess;
+    std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
+    if (r == nullptr || r->base != dptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;
+    if (space().remove(dptr) == nullptr) return kErrorInvalidValue;  // freed meanwhile
+    count(kAllocations, -1);
+    return kSuccess;  // the bytes stay mapped until work that uses them ends
+  });
+}
+
+CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (pp == nullptr || bytes == 0 || (flags & ~kHostAllocFlags) != 0) return kErrorInvalidValue;
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    void* p = ::mmap(nullptr, roundUp(bytes, pageSize()), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return kErrorOutOfMemory;
+    auto h = std::make_shared<HostRegion>();
+    h->base = reinterpret_cast<uintptr_t>(p);
+    h->size = bytes;
+    h->flags = flags;
+    h->owned = true;
+    h->ctx = c;
+    h->gen = c->gen.load();
+    h->bufferId = nextBufferId();
+    if (!space().insertHost(h)) return kErrorUnknown;  // cannot happen: fresh memory
+    count(kHostAllocations);
+    *pp = p;
+    return kSuccess;
+  });
+}
+
+CUresult cuMemFreeHost(void* p) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::shared_ptr<HostRegion> h = space().findHost(a);
+    if (h == nullptr || h->base != a || !h->owned) return kErrorInvalidValue;
+    if (space().removeHost(a) == nullptr) return kErrorInvalidValue;
+    count(kHostAllocations, -1);
+    return kSuccess;
+  });
+}
+
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (p == nullptr || bytes == 0 || (flags & ~kHostRegisterFlags) != 0) return kErrorInvalidValue;
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (space().inArena(a)) return kErrorInvalidValue;  // device memory
+    // The driver pins the pages, which fails for addresses that are not mapped.
+    const uintptr_t first = a & ~(uintptr_t(pageSize()) - 1);
+    if (::msync(reinterpret_cast<void*>(first), roundUp(a + bytes - first, pageSize()), MS_ASYNC) !=
+        0)
+      return kErrorInvalidValue;
+    auto h = std::make_shared<HostRegion>();
+    h->base = a;
+    h->size = bytes;
+    h->flags = flags;
+    h->ctx = c;
+    h->gen = c->gen.load();
+    h->bufferId = nextBufferId();
+    if (!space().insertHost(std::move(h))) return kErrorHostMemoryAlreadyRegistered;
+    count(kHostRegistrations);
+    return kSuccess;
+  });
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::shared_ptr<HostRegion> h = space().findHost(a);
+    if (h == nullptr || h->base != a || h->owned) return kErrorHostMemoryNotRegistered;
+    if (space().removeHost(a) == nullptr) return kErrorHostMemoryNotRegistered;
+    count(kHostRegistrations, -1);
+    return kSuccess;
+  });
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (dptr == nullptr || flags != 0) return kErrorInvalidValue;
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    if (space().findHost(reinterpret_cast<uintptr_t>(p)) == nullptr) return kErrorInvalidValue;
+    *dptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: the same address
+    return kSuccess;
+  });
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
+    if (r == nullptr) return kErrorNotFound;
+    if (base) *base = r->base;
+    if (size) *size = r->size;
+    return kSuccess;
+  });
+}
+
+CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
+  FAKECUDA_ENTRY();
+  if (data == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Region> r = space().inArena(ptr) ? space().find(ptr) : nullptr;
+    std::shared_ptr<HostRegion> h = r ? nullptr : space().findHost(ptr);
+    if (r == nullptr && h == nullptr) return kErrorInvalidValue;  // not memory the driver knows
+    Context* ctx = r ? (r->ctx ? r->ctx : state().contexts[size_t(r->device)].get()) : h->ctx;
+    const uintptr_t base = r ? r->base : h->base;
+    const size_t size = r ? r->size : h->size;
+    switch (attribute) {
+      case kPointerAttrContext:
+        put(data, ctx->handle());
+        return kSuccess;
+      case kPointerAttrMemoryType:
+        put(data, r ? kMemoryTypeDevice : kMemoryTypeHost);
+        return kSuccess;
+      case kPointerAttrDevicePointer:
+        put(data, CUdeviceptr(ptr));
+        return kSuccess;
+      case kPointerAttrHostPointer:
+        if (r) return kErrorInvalidValue;
+        put(data, reinterpret_cast<void*>(ptr));
+        return kSuccess;
+      case kPointerAttrBufferId:
+        put(data, static_cast<unsigned long long>(r ? r->bufferId : h->bufferId));  // NOLINT
+        return kSuccess;
+      case kPointerAttrIsManaged:
+        put(data, 0u);
+        return kSuccess;
+      case kPointerAttrDeviceOrdinal:
+        put(data, r ? r->device : ctx->dev->ordinal);
+        return kSuccess;
+      case kPointerAttrIsLegacyIpcCapable:
+        put(data, r && r->kind == RegionKind::kAlloc ? 1u : 0u);
+        return kSuccess;
+      case kPointerAttrRangeStart:
+      case kPointerAttrMappingBase:
+        put(data, CUdeviceptr(base));
+        return kSuccess;
+      case kPointerAttrRangeSize:
+      case kPointerAttrMappingSize:
+        put(data, size);
+        return kSuccess;
+      case kPointerAttrMapped:
+        put(data, 1u);
+        return kSuccess;
+      default:
+        return kErrorInvalidValue;
+    }
+  });
+}
+
+}  // extern "C"

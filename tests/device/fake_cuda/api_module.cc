@@ -1,0 +1,213 @@
+// Entry points: modules and kernel launches. The kernels are Loom's own (src/device/kernels), run
+// as their host build on the stream's worker, with the device pointers of their arguments
+// translated to the memory's shadows.
+#include <cstring>
+#include <limits>
+
+#include "src/device/kernels/reduce_host.h"
+#include "tests/device/fake_cuda/memory.h"
+#include "tests/device/fake_cuda/streams.h"
+
+using namespace fakecuda;    // NOLINT(build/namespaces)
+using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's types and constants
+namespace devk = loom::devk;
+
+namespace {
+
+constexpr int kWaitFlagOp = -1;  // Function::op of the wait kernel
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxSharedPerBlock = 49152;  // without the opt-in attribute
+
+size_t elementSize(int dt) {
+  switch (dt) {
+    case devk::kInt8:
+    case devk::kUint8:
+      return 1;
+    case devk::kFloat16:
+    case devk::kBfloat16:
+      return 2;
+    case devk::kInt32:
+    case devk::kUint32:
+    case devk::kFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+bool reachable(const Resolved& r) {
+  return r.target == Target::kDevice || r.target == Target::kHost;
+}
+
+// Which of Loom's kernels `name` is: fills dtype/op; false when none.
+bool knownKernel(const char* name, Function* f) {
+  if (std::strcmp(name, devk::kWaitFlagKernel) == 0) {
+    f->op = kWaitFlagOp;
+    return true;
+  }
+  for (int dt = 0; dt < devk::kNumDTypes; ++dt) {
+    for (int op = 0; op < 4; ++op) {
+      const char* n = devk::reduceKernelName(dt, op);
+      if (n != nullptr && std::strcmp(n, name) == 0) {
+        f->dtype = dt;
+        f->op = op;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A reduction kernel as the device runs it: every pointer must be device or host-mapped memory
+// of this process, for all count elements.
+CUresult runReduce(const Function& f, const devk::ReduceArgs& a) {
+  if (a.nsrc < 1 || a.nsrc > devk::kMaxReduceInputs) return kErrorIllegalAddress;
+  if (a.count == 0) return kSuccess;
+  const size_t es = elementSize(f.dtype);
+  if (a.count > std::numeric_limits<size_t>::max() / es) return kErrorIllegalAddress;
+  const size_t bytes = size_t(a.count) * es;
+  Resolved held[1 + devk::kMaxReduceInputs];  // keeps the memory mapped while the kernel runs
+  devk::ReduceArgs t = a;
+  held[0] = resolve(reinterpret_cast<uintptr_t>(a.dst), bytes, true);
+  if (!reachable(held[0])) return kErrorIllegalAddress;
+  t.dst = held[0].p;
+  for (int s = 0; s < a.nsrc; ++s) {
+    held[s + 1] = resolve(reinterpret_cast<uintptr_t>(a.src[s]), bytes, false);
+    if (!reachable(held[s + 1])) return kErrorIllegalAddress;
+    t.src[s] = held[s + 1].p;
+  }
+  if (!devk::runReduceKernelOnHost(f.name.c_str(), t)) return kErrorLaunchFailed;
+  count(kKernelsRun);
+  return kSuccess;
+}
+
+// The wait kernel: spins (interruptibly) until *flag >= value.
+CUresult runWaitFlag(Stream& st, const devk::WaitFlagArgs& a) {
+  const Resolved w = resolve(reinterpret_cast<uintptr_t>(a.flag), 8, false);
+  if (!reachable(w) || reinterpret_cast<uintptr_t>(a.flag) % 8 != 0) return kErrorIllegalAddress;
+  const auto* word = reinterpret_cast<const uint64_t*>(w.p);
+  const uint64_t value = a.value;
+  if (!deviceWait(st, [&] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) >= value; }))
+    return waitGivenUp(st);
+  count(kKernelsRun);
+  return kSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  FAKECUDA_ENTRY();
+  if (module == nullptr || image == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    auto m = std::make_unique<Module>();
+    m->ctx = c;
+    m->gen = c->gen.load();
+    *module = reinterpret_cast<CUmodule>(m.get());
+    {
+      Handles& t = handles();
+      std::lock_guard<std::mutex> lk(t.mu);
+      Module* key = m.get();
+      t.modules[key] = std::move(m);
+    }
+    count(kModules);
+    return kSuccess;
+  });
+}
+
+CUresult cuModuleUnload(CUmodule module) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    std::unique_ptr<Module> m;
+    {
+      Handles& t = handles();
+      std::lock_guard<std::mutex> lk(t.mu);
+      auto it = t.modules.find(reinterpret_cast<Module*>(module));
+      if (it == t.modules.end()) return kErrorInvalidHandle;
+      for (auto& f : it->second->functions) t.functions.erase(f.second.get());
+      m = std::move(it->second);
+      t.modules.erase(it);
+    }
+    count(kModules, -1);
+    return kSuccess;  // launches already enqueued hold their function
+  });
+}
+
+CUresult cuModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
+  FAKECUDA_ENTRY();
+  if (fn == nullptr || name == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    Handles& t = handles();
+    std::lock_guard<std::mutex> lk(t.mu);
+    auto it = t.modules.find(reinterpret_cast<Module*>(module));
+    if (it == t.modules.end()) return kErrorInvalidHandle;
+    Module& m = *it->second;
+    auto f = m.functions.find(name);
+    if (f == m.functions.end()) {
+      auto nf = std::make_shared<Function>();
+      if (!knownKernel(name, nf.get())) return kErrorNotFound;
+      nf->module = &m;
+      nf->name = name;
+      t.functions[nf.get()] = nf;
+      f = m.functions.emplace(name, std::move(nf)).first;
+    }
+    *fn = reinterpret_cast<CUfunction>(f->second.get());
+    return kSuccess;
+  });
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,
+                        unsigned blockX, unsigned blockY, unsigned blockZ, unsigned sharedBytes,
+                        CUstream stream, void** params, void** extra) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    std::shared_ptr<Function> fn;
+    Context* fnCtx = nullptr;
+    uint64_t fnGen = 0;
+    {
+      Handles& t = handles();
+      std::lock_guard<std::mutex> lk(t.mu);
+      auto it = t.functions.find(reinterpret_cast<Function*>(f));
+      if (it == t.functions.end()) return kErrorInvalidHandle;
+      fn = it->second;
+      fnCtx = fn->module->ctx;
+      fnGen = fn->module->gen;
+    }
+    if (extra != nullptr) return kErrorNotSupported;  // parameters as one buffer: not emulated
+    if (params == nullptr || params[0] == nullptr) return kErrorInvalidValue;
+    if (gridX == 0 || gridY == 0 || gridZ == 0 || blockX == 0 || blockY == 0 || blockZ == 0 ||
+        gridY > 65535 || gridZ > 65535 || blockX > 1024 || blockY > 1024 || blockZ > 64 ||
+        uint64_t(blockX) * blockY * blockZ > kMaxThreadsPerBlock ||
+        sharedBytes > kMaxSharedPerBlock)
+      return kErrorInvalidValue;
+    std::shared_ptr<Stream> s;
+    FAKECUDA_TRY(streamOf(stream, true, &s));
+    if (fnCtx != s->ctx() || fnGen != s->gen()) return kErrorInvalidHandle;
+    const FaultKind fault = nextLaunchFault();
+    count(kKernelLaunches);
+    // The parameter is copied now: the caller may reuse its memory once the call returns.
+    OpFn run;
+    if (fn->op == kWaitFlagOp) {
+      devk::WaitFlagArgs a;
+      std::memcpy(&a, params[0], sizeof(a));
+      run = [a](Stream& st) { return runWaitFlag(st, a); };
+    } else {
+      devk::ReduceArgs a;
+      std::memcpy(&a, params[0], sizeof(a));
+      run = [fn, a](Stream&) { return runReduce(*fn, a); };
+    }
+    return s->enqueue([run = std::move(run), fault](Stream& st) -> CUresult {
+      if (fault == FaultKind::kIllegalAddress) return kErrorIllegalAddress;
+      if (fault == FaultKind::kLostDevice) {
+        st.ctx()->dev->lost.store(true, std::memory_order_release);
+        return kErrorDeviceUnavailable;
+      }
+      return run(st);
+    });
+  });
+}
+
+}  // extern "C"

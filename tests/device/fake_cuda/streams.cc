@@ -1,0 +1,223 @@
+// Streams: the queue, its worker, synchronization, and the handle tables.
+#include "tests/device/fake_cuda/streams.h"
+
+#include <chrono>
+#include <vector>
+
+namespace fakecuda {
+
+using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's constants
+
+namespace {
+
+// An operation that could not finish because its context failed or was destroyed: dropped
+// without a new error.
+constexpr CUresult kDropped = -2;
+
+}  // namespace
+
+Stream::~Stream() {
+  // The worker holds a reference while it runs, so it has ended or was detached by close().
+  if (worker_.joinable()) worker_.detach();
+}
+
+void Stream::start() {
+  count(kWorkers);
+  worker_ = std::thread([self = shared_from_this()] { self->run(); });
+}
+
+CUresult Stream::enqueue(OpFn op) {
+  const int cap = capture.load(std::memory_order_acquire);
+  if (cap == kCaptureStatusActive) {
+    count(kCapturedOps);  // captured into a graph that is never launched
+    return kSuccess;
+  }
+  if (cap != kCaptureStatusNone) return kErrorCaptureInvalidated;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closing_.load()) return kErrorInvalidHandle;
+    q_.push_back(std::move(op));
+    ++enqueued_;
+  }
+  count(kPendingOps);
+  workCv_.notify_one();
+  return kSuccess;
+}
+
+CUresult Stream::synchronize() {
+  int active = kCaptureStatusActive;
+  if (capture.compare_exchange_strong(active, kCaptureStatusInvalidated) ||
+      active != kCaptureStatusNone)
+    return kErrorStreamCaptureUnsupported;  // and the capture is invalidated
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t target = enqueued_;
+    doneCv_.wait(lk, [&] { return completed_ >= target; });
+  }
+  if (!ctx_->active.load() || ctx_->gen.load() != gen_) return kErrorInvalidContext;
+  return ctx_->error();
+}
+
+CUresult Stream::query() {
+  int active = kCaptureStatusActive;
+  if (capture.compare_exchange_strong(active, kCaptureStatusInvalidated) ||
+      active != kCaptureStatusNone)
+    return kErrorStreamCaptureUnsupported;
+  if (!ctx_->active.load() || ctx_->gen.load() != gen_) return kErrorInvalidContext;
+  FAKECUDA_TRY(ctx_->error());
+  std::lock_guard<std::mutex> lk(mu_);
+  return completed_ < enqueued_ ? kErrorNotReady : kSuccess;
+}
+
+void Stream::close() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closing_.store(true, std::memory_order_release);
+  }
+  workCv_.notify_all();
+  if (worker_.joinable()) worker_.detach();
+}
+
+bool Stream::interrupted() const {
+  return closing_.load(std::memory_order_acquire) || !ctx_->healthy(gen_);
+}
+
+void Stream::run() {
+  for (;;) {
+    OpFn op;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      workCv_.wait(lk, [&] { return !q_.empty() || closing_.load(); });
+      if (q_.empty()) break;  // closed and drained
+      op = std::move(q_.front());
+      q_.pop_front();
+    }
+    if (abandoned_) {
+      count(kAbandonedOps);
+    } else if (!ctx_->healthy(gen_)) {
+      count(kDroppedOps);
+    } else {
+      const CUresult rc = op(*this);
+      if (rc == kAbandon) {
+        abandoned_ = true;
+        count(kAbandonedOps);
+      } else if (rc == kDropped) {
+        count(kDroppedOps);
+      } else if (rc != kSuccess) {
+        ctx_->fail(rc);
+        count(kFaults);
+      }
+    }
+    op = nullptr;  // what the operation holds (memory, events) goes before it counts as done
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++completed_;
+    }
+    count(kPendingOps, -1);
+    doneCv_.notify_all();
+  }
+  count(kWorkers, -1);
+}
+
+bool deviceWait(Stream& s, const std::function<bool()>& ready) {
+  for (unsigned i = 0;; ++i) {
+    if (ready()) return true;
+    if (s.interrupted()) return false;
+    if (i < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(i < 512 ? 5 : 50));
+  }
+}
+
+CUresult waitGivenUp(Stream& s) { return s.closed() ? kAbandon : kDropped; }
+
+Handles& handles() {
+  static Handles* h = new Handles();  // never destroyed
+  return *h;
+}
+
+CUresult streamOf(CUstream h, bool forEnqueue, std::shared_ptr<Stream>* out) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(h);
+  if (v <= 2) {  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    std::lock_guard<std::mutex> lk(c->mu);
+    if (!c->active.load()) return kErrorInvalidContext;
+    const uint64_t gen = c->gen.load();
+    if (c->nullStream == nullptr || c->nullStream->gen() != gen) {
+      c->nullStream = std::make_shared<Stream>(c, gen, 0);
+      c->nullStream->start();
+    }
+    *out = c->nullStream;
+    return kSuccess;
+  }
+  {
+    Handles& t = handles();
+    std::lock_guard<std::mutex> lk(t.mu);
+    auto it = t.streams.find(reinterpret_cast<Stream*>(h));
+    if (it == t.streams.end()) return kErrorInvalidHandle;
+    *out = it->second;
+  }
+  Stream& s = **out;
+  if (forEnqueue) {
+    Context* cur = currentContext();
+    if (cur == nullptr || !cur->active.load()) return kErrorInvalidContext;
+    if (cur != s.ctx()) return kErrorInvalidHandle;
+  }
+  return s.ctx()->error();
+}
+
+CUresult eventOf(void* h, std::shared_ptr<Event>* out) {
+  Handles& t = handles();
+  std::lock_guard<std::mutex> lk(t.mu);
+  auto it = t.events.find(static_cast<Event*>(h));
+  if (it == t.events.end()) return kErrorInvalidHandle;
+  *out = it->second;
+  return kSuccess;
+}
+
+void dropContextStreams(Context* c, uint64_t gen) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::shared_ptr<Event>> events;
+  std::vector<std::unique_ptr<Module>> modules;
+  {
+    Handles& t = handles();
+    std::lock_guard<std::mutex> lk(t.mu);
+    for (auto it = t.streams.begin(); it != t.streams.end();) {
+      if (it->second->ctx() == c && it->second->gen() == gen) {
+        streams.push_back(std::move(it->second));
+        it = t.streams.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = t.events.begin(); it != t.events.end();) {
+      if (it->second->ctx == c && it->second->gen == gen) {
+        events.push_back(std::move(it->second));
+        it = t.events.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = t.modules.begin(); it != t.modules.end();) {
+      if (it->second->ctx == c && it->second->gen == gen) {
+        for (auto& f : it->second->functions) t.functions.erase(f.second.get());
+        modules.push_back(std::move(it->second));
+        it = t.modules.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : streams) s->close();
+  if (c->nullStream != nullptr) {  // the caller holds c->mu
+    c->nullStream->close();
+    c->nullStream.reset();
+  }
+  count(kStreams, -static_cast<long long>(streams.size()));
+  count(kEvents, -static_cast<long long>(events.size()));
+  count(kModules, -static_cast<long long>(modules.size()));
+}
+
+}  // namespace fakecuda

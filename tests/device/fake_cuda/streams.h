@@ -1,0 +1,123 @@
+// Streams, events, and the handle tables of streams, events, modules and functions. Each stream is
+// an ordered queue of operations that one worker thread runs after the call that enqueued them
+// returned. Internal to libloom-fakecuda.so.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "src/device/kernels/reduce_math.h"
+#include "tests/device/fake_cuda/state.h"
+
+namespace fakecuda {
+
+class Stream;
+
+// An operation: runs on the stream's worker and returns success, an error that becomes the
+// context's sticky error, or kAbandon (a wait given up on a destroyed stream: the rest of the
+// queue is dropped).
+constexpr CUresult kAbandon = -1;
+using OpFn = std::function<CUresult(Stream&)>;
+
+class Stream : public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(Context* ctx, uint64_t gen, unsigned flags) : ctx_(ctx), gen_(gen), flags_(flags) {}
+  ~Stream();
+
+  Context* ctx() const { return ctx_; }
+  uint64_t gen() const { return gen_; }
+  unsigned flags() const { return flags_; }
+
+  // Starts the worker.
+  void start();
+  // Appends op (not run while the stream captures). CUDA_ERROR_STREAM_CAPTURE_INVALIDATED on an
+  // invalidated capture.
+  CUresult enqueue(OpFn op);
+  // Blocks until the work enqueued before the call is done or dropped; the context's error.
+  CUresult synchronize();
+  // CUDA_ERROR_NOT_READY while work is pending; else the context's error.
+  CUresult query();
+  // cuStreamDestroy: no more work; a wait that cannot go on is abandoned; the worker ends when
+  // the queue is empty.
+  void close();
+
+  // True when a wait on the worker must give up: the stream was destroyed, or its context failed
+  // or was destroyed.
+  bool interrupted() const;
+  bool closed() const { return closing_.load(std::memory_order_acquire); }
+
+  // Capture status (CU_STREAM_CAPTURE_STATUS_*), set by loomtest_fakecuda_set_capturing.
+  std::atomic<int> capture{0};
+
+ private:
+  void run();
+
+  Context* const ctx_;
+  const uint64_t gen_;
+  const unsigned flags_;
+  std::mutex mu_;
+  std::condition_variable workCv_;
+  std::condition_variable doneCv_;
+  std::deque<OpFn> q_;
+  uint64_t enqueued_ = 0;
+  uint64_t completed_ = 0;
+  std::atomic<bool> closing_{false};
+  bool abandoned_ = false;  // worker only
+  std::thread worker_;
+};
+
+// Waits on the worker of s until ready() holds; false when the stream is interrupted first. Polls
+// with a growing pause (at most 50 us): no lock is held meanwhile.
+bool deviceWait(Stream& s, const std::function<bool()>& ready);
+// What a wait returns when deviceWait gave up: kAbandon on a destroyed stream, else a drop.
+CUresult waitGivenUp(Stream& s);
+
+struct Event {
+  Context* ctx = nullptr;
+  uint64_t gen = 0;
+  unsigned flags = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0;   // records enqueued
+  uint64_t completed = 0;  // the highest record the device has reached
+};
+
+struct Module;
+struct Function {
+  Module* module = nullptr;
+  std::string name;
+  int dtype = 0;
+  int op = 0;
+};
+struct Module {
+  Context* ctx = nullptr;
+  uint64_t gen = 0;
+  std::unordered_map<std::string, std::shared_ptr<Function>> functions;
+};
+
+// Every live stream, event, module and function of the process, by handle.
+struct Handles {
+  std::mutex mu;
+  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;
+  std::unordered_map<Event*, std::shared_ptr<Event>> events;
+  std::unordered_map<Module*, std::unique_ptr<Module>> modules;
+  std::unordered_map<Function*, std::shared_ptr<Function>> functions;
+};
+Handles& handles();
+
+// The stream a handle names: NULL (also CU_STREAM_LEGACY and CU_STREAM_PER_THREAD) is the
+// current context's NULL stream. With forEnqueue, a current context is required and must be the
+// stream's (else CUDA_ERROR_INVALID_CONTEXT / CUDA_ERROR_INVALID_HANDLE). Returns the stream's
+// context's error if it has one.
+CUresult streamOf(CUstream h, bool forEnqueue, std::shared_ptr<Stream>* out);
+// The event of a handle (CUDA_ERROR_INVALID_HANDLE when unknown).
+CUresult eventOf(void* h, std::shared_ptr<Event>* out);
+
+}  // namespace fakecuda

@@ -1,0 +1,563 @@
+// The emulated CUDA device (tests/device/fake_cuda), loaded through Loom's own loader: devices and
+// contexts, device memory the host cannot read, host-mapped memory, streams as asynchronous
+// ordered queues, events, stream memory operations, capture, and VMM and dma-buf within one
+// process. Kernels and faults: fake_cuda_kernel_test.cc; across processes:
+// fake_cuda_process_test.cc.
+#include <sys/mman.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/device/fake_cuda_test_util.h"
+
+namespace loom::testing_fakecuda {
+namespace {
+
+using namespace cuda;  // NOLINT(build/namespaces): the driver's constants
+
+TEST(FakeCudaLoader, LoadsThroughLoomsLoader) {
+  const Driver& d = fakeDriver();
+  ASSERT_TRUE(d.ok()) << d.status.message();
+  EXPECT_EQ(d.library, LOOMTEST_FAKECUDA_LIB);
+  EXPECT_EQ(d.version, 12080);
+  EXPECT_EQ(d.devices, 2);
+  // The optional entry points are all there.
+  EXPECT_NE(d.api.cuStreamWaitValue64, nullptr);
+  EXPECT_NE(d.api.cuIpcOpenMemHandle, nullptr);
+  EXPECT_NE(d.api.cuMemCreate, nullptr);
+  EXPECT_NE(d.api.cuMemGetHandleForAddressRange, nullptr);
+}
+
+TEST(FakeCudaLoader, DevicesAreSm90) {
+  const DriverApi& a = cu();
+  ASSERT_TRUE(fakeDriver().ok());
+  struct Want {
+    int attr;
+    int value;
+  };
+  for (Want w : {Want{kAttrComputeCapabilityMajor, 9},
+                 {kAttrComputeCapabilityMinor, 0},
+                 {kAttrMultiprocessorCount, 132},
+                 {kAttrUnifiedAddressing, 1},
+                 {kAttrVmmSupported, 1},
+                 {kAttrPosixFdHandleSupported, 1},
+                 {kAttrStreamMemOps64, 1},
+                 {kAttrDmaBufSupported, 1},
+                 {kAttrPciBusId, 0x11}}) {
+    int v = -1;
+    EXPECT_CU(kSuccess, a.cuDeviceGetAttribute(&v, w.attr, 1));
+    EXPECT_EQ(v, w.value) << "attribute " << w.attr;
+  }
+  int v = 0;
+  EXPECT_CU(kErrorInvalidValue, a.cuDeviceGetAttribute(&v, 100000, 0));
+  EXPECT_CU(101, a.cuDeviceGetAttribute(&v, kAttrPciBusId, 2));  // CUDA_ERROR_INVALID_DEVICE
+  char name[64], bus[64], small[6];
+  EXPECT_CU(kSuccess, a.cuDeviceGetName(name, sizeof(name), 0));
+  EXPECT_STREQ(name, "Loom emulated GPU");
+  EXPECT_CU(kSuccess, a.cuDeviceGetName(small, sizeof(small), 0));
+  EXPECT_STREQ(small, "Loom ");  // truncated, as the driver does
+  EXPECT_CU(kSuccess, a.cuDeviceGetPCIBusId(bus, sizeof(bus), 0));
+  EXPECT_STREQ(bus, "0000:10:00.0");
+  EXPECT_CU(kSuccess, a.cuDeviceGetPCIBusId(bus, sizeof(bus), 1));
+  EXPECT_STREQ(bus, "0000:11:00.0");
+  CUdevice dev = -1;
+  EXPECT_CU(101, a.cuDeviceGet(&dev, 2));
+}
+
+TEST(FakeCudaLoader, EveryCodeHasANameAndText) {
+  ASSERT_TRUE(fakeDriver().ok());
+  for (CUresult rc : {0,   1,   2,   3,   4,   46,  100, 101, 200, 201, 205, 400,
+                      500, 600, 700, 712, 713, 719, 800, 801, 900, 901, 999}) {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    EXPECT_CU(kSuccess, cu().cuGetErrorName(rc, &name));
+    EXPECT_CU(kSuccess, cu().cuGetErrorString(rc, &text));
+    ASSERT_NE(name, nullptr);
+    ASSERT_NE(text, nullptr);
+    EXPECT_EQ(std::string(name).rfind("CUDA_", 0), 0u) << name;
+  }
+  const char* name = "x";
+  EXPECT_CU(kErrorInvalidValue, cu().cuGetErrorName(12345, &name));
+  EXPECT_EQ(name, nullptr);
+  // Loom's message for a code names it, with the driver's text.
+  const std::string msg = cudaError(kErrorIllegalAddress, "cuTest").message();
+  EXPECT_NE(msg.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("illegal memory access"), std::string::npos) << msg;
+}
+
+TEST(FakeCudaContext, CallsNeedACurrentContext) {
+  const DriverApi& a = cu();
+  ASSERT_TRUE(fakeDriver().ok());
+  std::thread([&] {
+    CUcontext cur = reinterpret_cast<CUcontext>(1);
+    EXPECT_CU(kSuccess, a.cuCtxGetCurrent(&cur));
+    EXPECT_EQ(cur, nullptr);
+    CUdeviceptr p = 0;
+    CUstream s = nullptr;
+    CUdevice d = 0;
+    EXPECT_CU(kErrorInvalidContext, a.cuMemAlloc(&p, 64));
+    EXPECT_CU(kErrorInvalidContext, a.cuStreamCreate(&s, 0));
+    EXPECT_CU(kErrorInvalidContext, a.cuCtxGetDevice(&d));
+    EXPECT_CU(kErrorInvalidContext, a.cuStreamSynchronize(nullptr));
+    EXPECT_CU(kErrorInvalidContext, a.cuCtxSetCurrent(reinterpret_cast<CUcontext>(&d)));
+  }).join();
+}
+
+TEST(FakeCudaContext, PrimaryContextIsCountedAndDestroyedByTheLastRelease) {
+  const DriverApi& a = cu();
+  ASSERT_TRUE(fakeDriver().ok());
+  std::thread([&] {
+    const long long allocs = counter("allocations");
+    CUcontext c1 = nullptr, c2 = nullptr;
+    ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&c1, 1));
+    ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&c2, 1));
+    EXPECT_EQ(c1, c2);
+    ASSERT_CU_OK(a.cuCtxSetCurrent(c1));
+    CUdevice d = -1;
+    EXPECT_CU(kSuccess, a.cuCtxGetDevice(&d));
+    EXPECT_EQ(d, 1);
+    CUdeviceptr p = 0;
+    ASSERT_CU_OK(a.cuMemAlloc(&p, 1000));
+    int ordinal = -1;
+    EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&ordinal, kPointerAttrDeviceOrdinal, p));
+    EXPECT_EQ(ordinal, 1);
+    EXPECT_EQ(counter("allocations"), allocs + 1);
+    EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));
+    EXPECT_EQ(counter("allocations"), allocs + 1);  // still retained once
+    EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));
+    EXPECT_EQ(counter("allocations"), allocs);  // the context and its memory are gone
+    EXPECT_CU(kErrorInvalidContext, a.cuDevicePrimaryCtxRelease(1));
+    EXPECT_CU(kErrorInvalidContext, a.cuMemAlloc(&p, 64));  // current, but destroyed
+    ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&c2, 1));
+    EXPECT_EQ(c2, c1);  // the same handle, a fresh context
+    EXPECT_CU(kSuccess, a.cuMemAlloc(&p, 64));
+    EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));
+    a.cuCtxSetCurrent(nullptr);
+  }).join();
+}
+
+class FakeCudaMemory : public FakeCudaTest {};
+
+TEST_F(FakeCudaMemory, DeviceMemoryAttributesAndCopies) {
+  const DriverApi& a = cu();
+  const long long allocs = counter("allocations");
+  const CUdeviceptr p = alloc(3 << 20);
+  ASSERT_NE(p, 0u);
+  EXPECT_EQ(p % (2 << 20), 0u);
+  EXPECT_EQ(counter("allocations"), allocs + 1);
+  const CUdeviceptr mid = p + 4096 + 3;
+  unsigned type = 0;
+  CUcontext c = nullptr;
+  CUdeviceptr start = 0, same = 0;
+  size_t size = 0;
+  int ordinal = -1;
+  unsigned managed = 7;
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, mid));
+  EXPECT_EQ(type, kMemoryTypeDevice);
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&c, kPointerAttrContext, mid));
+  EXPECT_EQ(c, ctx_);
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&ordinal, kPointerAttrDeviceOrdinal, mid));
+  EXPECT_EQ(ordinal, 0);
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&start, kPointerAttrRangeStart, mid));
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&size, kPointerAttrRangeSize, mid));
+  EXPECT_EQ(start, p);
+  EXPECT_EQ(size, size_t(3 << 20));
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&managed, kPointerAttrIsManaged, mid));
+  EXPECT_EQ(managed, 0u);
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&same, kPointerAttrDevicePointer, mid));
+  EXPECT_EQ(same, mid);
+  EXPECT_CU(kSuccess, a.cuMemGetAddressRange(&start, &size, mid));
+  EXPECT_EQ(start, p);
+  EXPECT_EQ(size, size_t(3 << 20));
+
+  // Host -> device -> device -> host, at offsets, on the NULL stream.
+  std::vector<unsigned char> in(100000), out(100000, 0);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 7 + 1);
+  const CUdeviceptr q = alloc(in.size() + 17);
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(mid, dev(in.data()), in.size(), nullptr));
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(q + 17, mid, in.size(), nullptr));
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(dev(out.data()), q + 17, in.size(), nullptr));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(nullptr));
+  EXPECT_EQ(in, out);
+  EXPECT_CU(kSuccess, a.cuMemsetD8Async(q, 0x5a, 17, nullptr));
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(dev(out.data()), q, 18, nullptr));
+  EXPECT_EQ(out[16], 0x5a);  // copies into pageable memory are done on return
+  EXPECT_EQ(out[17], in[0]);
+
+  // Ranges past an allocation's end, unknown and freed pointers.
+  EXPECT_CU(kErrorInvalidValue, a.cuMemcpyAsync(dev(out.data()), q + 17, in.size() + 1, nullptr));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemsetD8Async(p + (3 << 20), 0, 1, nullptr));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemFree(mid));
+  EXPECT_CU(kSuccess, a.cuMemFree(p));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemFree(p));
+  EXPECT_CU(kErrorInvalidValue, a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, p));
+  EXPECT_CU(kErrorNotFound, a.cuMemGetAddressRange(&start, &size, p));
+  std::vector<char> plain(64);
+  EXPECT_CU(kErrorInvalidValue,
+            a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, dev(plain.data())));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemsetD8Async(dev(plain.data()), 0, 1, nullptr));
+  CUdeviceptr big = 0;
+  EXPECT_CU(kErrorOutOfMemory, a.cuMemAlloc(&big, size_t(17) << 30));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemAlloc(&big, 0));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+// Reads (or writes) the bytes at a device address from host code.
+void touch(CUdeviceptr p, bool write) {
+  volatile char* q = reinterpret_cast<volatile char*>(p);
+  if (write) *q = 1;
+  std::fprintf(stderr, "read %d\n", *q);
+}
+
+TEST_F(FakeCudaMemory, HostDereferenceOfDeviceMemoryDies) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const CUdeviceptr p = alloc(4096);
+  ASSERT_NE(p, 0u);
+  // Under ASan its SEGV handler reports the access and exits with an error (unless
+  // ASAN_OPTIONS has handle_segv=0); otherwise the signal kills the process.
+  const char* asanOptions = std::getenv("ASAN_OPTIONS");
+  if (kAsan && !(asanOptions && std::strstr(asanOptions, "handle_segv=0"))) {
+    EXPECT_DEATH(touch(p + 100, false), "SEGV");
+    EXPECT_DEATH(touch(p, true), "SEGV");
+  } else {
+    EXPECT_EXIT(touch(p + 100, false), ::testing::KilledBySignal(SIGSEGV), "");
+    EXPECT_EXIT(touch(p, true), ::testing::KilledBySignal(SIGSEGV), "");
+  }
+}
+
+TEST_F(FakeCudaMemory, HostAllocatedAndRegisteredMemory) {
+  const DriverApi& a = cu();
+  auto* h = hostAlloc<char>(10000);
+  ASSERT_NE(h, nullptr);
+  h[9999] = 3;  // ordinary host memory
+  CUdeviceptr d = 0;
+  unsigned type = 0;
+  CUcontext c = nullptr;
+  EXPECT_CU(kSuccess, a.cuMemHostGetDevicePointer(&d, h + 10, 0));
+  EXPECT_EQ(d, dev(h + 10));  // unified addressing
+  EXPECT_CU(kErrorInvalidValue, a.cuMemHostGetDevicePointer(&d, h, 1));
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, dev(h + 5)));
+  EXPECT_EQ(type, kMemoryTypeHost);
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&c, kPointerAttrContext, dev(h)));
+  EXPECT_EQ(c, ctx_);
+
+  std::vector<uint64_t> plain(512, 0);
+  EXPECT_CU(kErrorInvalidValue, a.cuMemHostGetDevicePointer(&d, plain.data(), 0));
+  EXPECT_CU(kSuccess, a.cuMemHostRegister(plain.data(), 4096, kMemHostAllocDeviceMap));
+  EXPECT_CU(712, a.cuMemHostRegister(plain.data() + 8, 64, 0));  // ALREADY_REGISTERED
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, dev(&plain[3])));
+  EXPECT_EQ(type, kMemoryTypeHost);
+  EXPECT_CU(kSuccess, a.cuMemHostGetDevicePointer(&d, &plain[3], 0));
+  EXPECT_EQ(d, dev(&plain[3]));
+  // Registered memory takes stream memory operations.
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(nullptr, dev(&plain[7]), 42, 0));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(nullptr));
+  EXPECT_EQ(plain[7], 42u);
+  EXPECT_CU(kSuccess, a.cuMemHostUnregister(plain.data()));
+  EXPECT_CU(713, a.cuMemHostUnregister(plain.data()));  // NOT_REGISTERED
+  EXPECT_CU(kErrorInvalidValue, a.cuStreamWriteValue64(nullptr, dev(&plain[7]), 1, 0));
+
+  void* gone = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  ::munmap(gone, 8192);
+  EXPECT_CU(kErrorInvalidValue, a.cuMemHostRegister(gone, 8192, 0));  // nothing mapped there
+  EXPECT_CU(kSuccess, a.cuMemFreeHost(h));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemFreeHost(h));
+}
+
+class FakeCudaStreams : public FakeCudaTest {};
+
+TEST_F(FakeCudaStreams, WorkRunsInOrderAfterTheCallReturns) {
+  const DriverApi& a = cu();
+  CUstream s = stream();
+  uint64_t* w = hostAlloc(4096);  // w[0]: the gate; w[1], w[2]: written behind it
+  const CUdeviceptr d = alloc(64);
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[0]), 1, kStreamWaitValueGeq));
+  EXPECT_CU(kSuccess, a.cuMemsetD8Async(d, 0x11, 64, s));
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(dev(&w[2]), d, 8, s));
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(s, dev(&w[1]), 7, 0));
+  std::vector<int> order;
+  struct Note {
+    std::vector<int>* order;
+    int i;
+  };
+  std::vector<Note> notes;
+  notes.reserve(20);
+  for (int i = 0; i < 20; ++i) {
+    notes.push_back({&order, i});
+    EXPECT_CU(kSuccess, a.cuLaunchHostFunc(
+                            s,
+                            [](void* p) {
+                              auto* n = static_cast<Note*>(p);
+                              n->order->push_back(n->i);
+                            },
+                            &notes.back()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_CU(kErrorNotReady, a.cuStreamQuery(s));
+  EXPECT_EQ(__atomic_load_n(&w[1], __ATOMIC_ACQUIRE), 0u) << "work ran before the wait";
+  EXPECT_GE(counter("pending_ops"), 24);
+  __atomic_store_n(&w[0], 1, __ATOMIC_RELEASE);  // the host releases the stream
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
+  EXPECT_CU(kSuccess, a.cuStreamQuery(s));
+  EXPECT_EQ(w[1], 7u);
+  EXPECT_EQ(w[2], 0x1111111111111111ull);
+  ASSERT_EQ(order.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(order[size_t(i)], i);
+  EXPECT_CU(kSuccess, a.cuStreamDestroy(s));
+  EXPECT_CU(kErrorInvalidHandle, a.cuStreamDestroy(s));
+  EXPECT_CU(kErrorInvalidHandle, a.cuStreamDestroy(nullptr));
+}
+
+TEST_F(FakeCudaStreams, WaitValueKindsOnHostAndDeviceMemory) {
+  const DriverApi& a = cu();
+  CUstream s = stream(), t = stream();
+  uint64_t* w = hostAlloc(64);
+  const CUdeviceptr word = alloc(8);
+  EXPECT_CU(kSuccess, a.cuMemsetD8Async(word, 0, 8, t));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(t));
+  // s waits on a device word that stream t writes; then EQ, AND and NOR on host memory.
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, word, 5, kStreamWaitValueGeq));
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[0]), 3, 1));        // EQ
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[1]), 0x10, 2));     // AND
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[2]), ~0x8ull, 3));  // NOR
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(s, dev(&w[3]), 1, 0));
+  auto passed = [&] { return __atomic_load_n(&w[3], __ATOMIC_ACQUIRE) == 1; };
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(t, word, 4, 0));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(t));
+  __atomic_store_n(&w[0], 3, __ATOMIC_RELEASE);
+  __atomic_store_n(&w[1], 0x10, __ATOMIC_RELEASE);
+  w[2] = ~0ull;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(passed()) << "4 >= 5";
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(t, word, 1ull << 40, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(passed()) << "NOR of all ones";
+  __atomic_store_n(&w[2], 0ull, __ATOMIC_RELEASE);  // ~(0 | ~8) = 8: passes
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
+  EXPECT_TRUE(passed());
+  EXPECT_GE(counter("memop_waits"), 4);
+  EXPECT_CU(kErrorInvalidValue, a.cuStreamWaitValue64(s, dev(&w[0]) + 4, 1, 0));  // unaligned
+  std::vector<uint64_t> plain(4);
+  EXPECT_CU(kErrorInvalidValue, a.cuStreamWaitValue64(s, dev(plain.data()), 1, 0));  // pageable
+  EXPECT_CU(kErrorInvalidValue, a.cuStreamWaitValue64(s, dev(&w[0]), 1, 7));         // kind
+}
+
+TEST_F(FakeCudaStreams, EventsOrderStreams) {
+  const DriverApi& a = cu();
+  CUstream s = stream(), t = stream();
+  CUevent e = nullptr, never = nullptr;
+  ASSERT_CU_OK(a.cuEventCreate(&e, kEventDisableTiming));
+  ASSERT_CU_OK(a.cuEventCreate(&never, 0));
+  EXPECT_CU(kSuccess, a.cuEventQuery(never));  // never recorded: complete
+  EXPECT_CU(kSuccess, a.cuEventSynchronize(never));
+  uint64_t* w = hostAlloc(64);
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[0]), 1, kStreamWaitValueGeq));
+  EXPECT_CU(kSuccess, a.cuEventRecord(e, s));
+  EXPECT_CU(kSuccess, a.cuStreamWaitEvent(t, e, 0));
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(t, dev(&w[1]), 9, 0));
+  EXPECT_CU(kSuccess, a.cuStreamWaitEvent(t, never, 0));  // no record before it: no wait
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_CU(kErrorNotReady, a.cuEventQuery(e));
+  EXPECT_CU(kErrorNotReady, a.cuStreamQuery(t));
+  EXPECT_EQ(__atomic_load_n(&w[1], __ATOMIC_ACQUIRE), 0u);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    __atomic_store_n(&w[0], 1, __ATOMIC_RELEASE);
+  });
+  EXPECT_CU(kSuccess, a.cuEventSynchronize(e));  // blocks until the host releases s
+  release.join();
+  EXPECT_CU(kSuccess, a.cuEventQuery(e));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(t));
+  EXPECT_EQ(w[1], 9u);
+  // Stream and event of two different contexts: the driver refuses the record.
+  std::thread([&] {
+    CUcontext c1 = nullptr;
+    CUstream other = nullptr;
+    ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&c1, 1));
+    ASSERT_CU_OK(a.cuCtxSetCurrent(c1));
+    ASSERT_CU_OK(a.cuStreamCreate(&other, 0));
+    EXPECT_CU(kErrorInvalidHandle, a.cuEventRecord(e, other));
+    EXPECT_CU(kSuccess, a.cuStreamWaitEvent(other, e, 0));  // waits across contexts are fine
+    EXPECT_CU(kSuccess, a.cuStreamSynchronize(other));
+    EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));
+    a.cuCtxSetCurrent(nullptr);
+  }).join();
+  EXPECT_CU(kSuccess, a.cuEventDestroy(e));
+  EXPECT_CU(kErrorInvalidHandle, a.cuEventQuery(e));
+}
+
+TEST_F(FakeCudaStreams, StreamOfAnotherContextAndHostFunctions) {
+  const DriverApi& a = cu();
+  CUcontext c1 = nullptr;
+  CUstream other = nullptr;
+  ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&c1, 1));
+  ASSERT_CU_OK(a.cuCtxSetCurrent(c1));
+  ASSERT_CU_OK(a.cuStreamCreate(&other, 0));
+  ASSERT_CU_OK(a.cuCtxSetCurrent(ctx_));
+  CUcontext got = nullptr;
+  EXPECT_CU(kSuccess, a.cuStreamGetCtx(other, &got));
+  EXPECT_EQ(got, c1);
+  const CUdeviceptr d = alloc(64);
+  EXPECT_CU(kErrorInvalidHandle, a.cuMemsetD8Async(d, 0, 64, other));
+  EXPECT_CU(kSuccess, a.cuStreamGetCtx(nullptr, &got));
+  EXPECT_EQ(got, ctx_);
+  // A host function may not call the driver.
+  static std::atomic<int> inside{-1};
+  EXPECT_CU(kSuccess, a.cuLaunchHostFunc(
+                          nullptr,
+                          [](void*) {
+                            CUdeviceptr p = 0;
+                            inside = cu().cuMemAlloc(&p, 8);
+                          },
+                          nullptr));
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(nullptr));
+  EXPECT_EQ(inside.load(), 800);  // CUDA_ERROR_NOT_PERMITTED
+  EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));
+}
+
+TEST_F(FakeCudaStreams, DestroyingAStreamBlockedInAWaitReturns) {
+  const DriverApi& a = cu();
+  const long long workers = counter("workers"), abandoned = counter("abandoned_ops");
+  CUstream s = stream();
+  uint64_t* w = hostAlloc(64);
+  EXPECT_CU(kSuccess, a.cuStreamWaitValue64(s, dev(&w[0]), 1, kStreamWaitValueGeq));
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(s, dev(&w[1]), 1, 0));
+  EXPECT_EQ(counter("workers"), workers + 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_CU(kSuccess, a.cuStreamDestroy(s));
+  EXPECT_TRUE(eventually([&] { return counter("workers") == workers; }))
+      << "the worker of a destroyed stream still waits";
+  EXPECT_EQ(counter("abandoned_ops"), abandoned + 2);
+  EXPECT_EQ(w[1], 0u);
+}
+
+TEST_F(FakeCudaStreams, CaptureIsReportedAndNeverSilent) {
+  const DriverApi& a = cu();
+  CUstream s = stream();
+  uint64_t* w = hostAlloc(64);
+  int status = -1;
+  EXPECT_CU(kSuccess, a.cuStreamIsCapturing(s, &status));
+  EXPECT_EQ(status, kCaptureStatusNone);
+  ASSERT_EQ(controls().setCapturing(s, 1), 0);
+  EXPECT_CU(kSuccess, a.cuStreamIsCapturing(s, &status));
+  EXPECT_EQ(status, kCaptureStatusActive);
+  EXPECT_CU(kSuccess, a.cuStreamWriteValue64(s, dev(&w[0]), 5, 0));  // captured, not run
+  EXPECT_CU(kErrorStreamCaptureUnsupported, a.cuStreamSynchronize(s));
+  EXPECT_CU(kSuccess, a.cuStreamIsCapturing(s, &status));
+  EXPECT_EQ(status, 2);  // invalidated
+  EXPECT_CU(901, a.cuStreamWriteValue64(s, dev(&w[0]), 5, 0));
+  ASSERT_EQ(controls().setCapturing(s, 0), 0);
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
+  EXPECT_EQ(w[0], 0u);
+  EXPECT_GE(counter("captured_ops"), 1);
+}
+
+class FakeCudaVmm : public FakeCudaTest {};
+
+TEST_F(FakeCudaVmm, CreateMapAccessExportImportInOneProcess) {
+  const DriverApi& a = cu();
+  CUmemAllocationProp prop{};
+  prop.type = kMemAllocationTypePinned;
+  prop.requestedHandleTypes = kMemHandleTypePosixFd;
+  prop.location.type = kMemLocationTypeDevice;
+  prop.location.id = 0;
+  size_t g = 0;
+  ASSERT_CU_OK(a.cuMemGetAllocationGranularity(&g, &prop, kMemAllocGranularityMinimum));
+  EXPECT_EQ(g, size_t(2) << 20);
+  CUmemGenericAllocationHandle h = 0, imported = 0;
+  EXPECT_CU(kErrorInvalidValue, a.cuMemCreate(&h, g + 4096, &prop, 0));
+  ASSERT_CU_OK(a.cuMemCreate(&h, 2 * g, &prop, 0));
+  CUdeviceptr va = 0, vb = 0;
+  ASSERT_CU_OK(a.cuMemAddressReserve(&va, 2 * g, 0, 0, 0));
+  ASSERT_CU_OK(a.cuMemMap(va, 2 * g, 0, h, 0));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemMap(va, g, 0, h, 0));            // mapped already
+  EXPECT_CU(kErrorInvalidValue, a.cuMemsetD8Async(va, 1, 8, nullptr));  // no access yet
+  CUmemAccessDesc acc{};
+  acc.location = prop.location;
+  acc.flags = kMemAccessReadWrite;
+  ASSERT_CU_OK(a.cuMemSetAccess(va, 2 * g, &acc, 1));
+  EXPECT_CU(kSuccess, a.cuMemsetD8Async(va + g, 0x77, 4096, nullptr));
+  unsigned type = 0;
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&type, kPointerAttrMemoryType, va + 5));
+  EXPECT_EQ(type, kMemoryTypeDevice);
+  // Exported as an fd and imported again: the same memory at another address.
+  int fd = -1;
+  ASSERT_CU_OK(a.cuMemExportToShareableHandle(&fd, h, kMemHandleTypePosixFd, 0));
+  ASSERT_GE(fd, 0);
+  ASSERT_CU_OK(a.cuMemImportFromShareableHandle(
+      &imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), kMemHandleTypePosixFd));
+  ::close(fd);
+  ASSERT_CU_OK(a.cuMemAddressReserve(&vb, g, 0, 0, 0));
+  ASSERT_CU_OK(a.cuMemMap(vb, g, g, imported, 0));  // the second granule
+  ASSERT_CU_OK(a.cuMemSetAccess(vb, g, &acc, 1));
+  std::vector<unsigned char> out(4096);
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(dev(out.data()), vb, out.size(), nullptr));
+  EXPECT_EQ(out, std::vector<unsigned char>(4096, 0x77));
+  // Only this emulator's fds can be imported; teardown in the driver's order.
+  EXPECT_CU(kErrorInvalidValue,
+            a.cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(intptr_t(0)),
+                                             kMemHandleTypePosixFd));
+  EXPECT_CU(kErrorInvalidValue, a.cuMemAddressFree(va, 2 * g));  // still mapped
+  EXPECT_CU(kSuccess, a.cuMemUnmap(vb, g));
+  EXPECT_CU(kSuccess, a.cuMemUnmap(va, 2 * g));
+  EXPECT_CU(kSuccess, a.cuMemRelease(h));
+  EXPECT_CU(kSuccess, a.cuMemRelease(imported));
+  EXPECT_CU(kSuccess, a.cuMemAddressFree(va, 2 * g));
+  EXPECT_CU(kSuccess, a.cuMemAddressFree(vb, g));
+  EXPECT_EQ(counter("vmm_handles"), 0);
+  EXPECT_EQ(counter("vmm_mappings"), 0);
+  EXPECT_EQ(counter("vmm_reservations"), 0);
+}
+
+TEST_F(FakeCudaVmm, DmaBufOfAnAllocationFromItsBase) {
+  const DriverApi& a = cu();
+  const size_t bytes = size_t(4) << 20;
+  const long long exports = counter("dmabuf_exports");
+  const CUdeviceptr p = alloc(bytes);
+  int fd = -1;
+  ASSERT_CU_OK(a.cuMemGetHandleForAddressRange(&fd, p, bytes, kMemRangeHandleTypeDmaBufFd, 0));
+  ASSERT_GE(fd, 0);
+  // Offset 0 of the fd is the range's start: what the emulated verbs device maps.
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  ::close(fd);
+  static_cast<char*>(m)[4096 + 1] = 0x42;
+  char out = 0;
+  EXPECT_CU(kSuccess, a.cuMemcpyAsync(dev(&out), p + 4096 + 1, 1, nullptr));
+  EXPECT_EQ(out, 0x42);
+  ::munmap(m, bytes);
+  EXPECT_CU(kErrorNotSupported,
+            a.cuMemGetHandleForAddressRange(&fd, p + 65536, 65536, kMemRangeHandleTypeDmaBufFd, 0));
+  EXPECT_CU(kErrorInvalidValue,
+            a.cuMemGetHandleForAddressRange(&fd, p + 1, 4096, kMemRangeHandleTypeDmaBufFd, 0));
+  std::vector<char> plain(8192);
+  EXPECT_CU(kErrorInvalidValue, a.cuMemGetHandleForAddressRange(&fd, dev(plain.data()), 4096,
+                                                                kMemRangeHandleTypeDmaBufFd, 0));
+  EXPECT_EQ(counter("dmabuf_exports"), exports + 1);
+}
+
+TEST_F(FakeCudaVmm, IpcHandleCannotBeOpenedByItsOwner) {
+  const DriverApi& a = cu();
+  const CUdeviceptr p = alloc(1 << 20);
+  CUipcMemHandle h;
+  ASSERT_CU_OK(a.cuIpcGetMemHandle(&h, p + 64));
+  CUdeviceptr q = 0;
+  EXPECT_CU(kErrorInvalidContext, a.cuIpcOpenMemHandle(&q, h, kIpcMemLazyEnablePeerAccess));
+  uint64_t* host = hostAlloc(64);
+  EXPECT_CU(kErrorInvalidValue, a.cuIpcGetMemHandle(&h, dev(host)));
+}
+
+}  // namespace
+}  // namespace loom::testing_fakecuda
