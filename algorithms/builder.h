@@ -37,14 +37,7 @@ class StepList {
  private:
   void add(StepKind kind, int peer, int channel, BufRef src, BufRef dst, size_t count) {
     if (count == 0) return;
-    Step s;
-    s.kind = kind;
-    s.peer = peer;
-    s.channel = channel;
-    s.src = src;
-    s.dst = dst;
-    s.count = count;
-    rs_.steps.push_back(s);
+    rs_.steps.push_back(Step{kind, peer, channel, src, dst, count});
   }
   RankSchedule rs_;
 };

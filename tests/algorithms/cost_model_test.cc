@@ -12,6 +12,7 @@
 
 #include "algorithms/builder.h"
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
 
 namespace loom {
 namespace {
@@ -25,13 +26,7 @@ Schedule generated(CollKind coll, const char* name, int n, size_t count, bool in
                    int root = 0) {
   const AlgorithmInfo* algo = findAlgorithm(coll, name);
   EXPECT_NE(algo, nullptr) << name;
-  CollArgs a;
-  a.coll = coll;
-  a.nranks = n;
-  a.count = count;
-  a.inPlace = inPlace;
-  a.root = root;
-  return buildSchedule(*algo, a);
+  return buildSchedule(*algo, callArgs(coll, n, count, root, inPlace));
 }
 
 // Every rank on one host, links at kAlpha / kBw, reductions at kRed, copies and memory free.

@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
 #include "tests/algorithms/shards.h"
 
 namespace loom {
 namespace {
-
-bool isRooted(CollKind c) { return c == CollKind::kBroadcast || c == CollKind::kReduce; }
 
 std::vector<size_t> countsFor(int n) {
   std::set<size_t> s = {0,
@@ -25,48 +24,24 @@ std::vector<size_t> countsFor(int n) {
   return std::vector<size_t>(s.begin(), s.end());
 }
 
-std::vector<int> rootsFor(CollKind c, int n) {
-  if (!isRooted(c)) return {0};
-  std::set<int> s = {0, n - 1, n / 2};
-  return std::vector<int>(s.begin(), s.end());
-}
-
+// Every call of the proof; an empty count moves nothing.
 void verifyAll(const AlgorithmInfo& algo, int n) {
-  for (size_t count : countsFor(n)) {
-    for (bool inPlace : {false, true}) {
-      for (int root : rootsFor(algo.coll, n)) {
-        CollArgs a;
-        a.coll = algo.coll;
-        a.nranks = n;
-        a.count = count;
-        a.root = root;
-        a.inPlace = inPlace;
-        const Schedule s = buildSchedule(algo, a);
-        const Status st = verifySchedule(s);
-        ASSERT_TRUE(st.isOk()) << st.message();
-        if (count == 0) {
-          for (const RankSchedule& rs : s.ranks) EXPECT_TRUE(rs.steps.empty());
-        }
-      }
+  verifyCalls(algo, n, countsFor(n), nullptr, [](const CollArgs& a, const Schedule& s) {
+    if (a.count == 0) {
+      for (const RankSchedule& rs : s.ranks) EXPECT_TRUE(rs.steps.empty());
     }
-  }
+  });
 }
 
 class GeneratorTest : public ::testing::TestWithParam<ShardParam> {};
 
-TEST_P(GeneratorTest, VerifiesForAllRankCounts) {
-  const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
-  for (int n : shardRankCounts(GetParam())) {
-    SCOPED_TRACE(::testing::Message() << algo.name << " " << collName(algo.coll) << " n=" << n);
-    verifyAll(algo, n);
-    if (HasFatalFailure()) return;
-  }
-}
+TEST_P(GeneratorTest, VerifiesForAllRankCounts) { forEachShardRankCount(GetParam(), verifyAll); }
 
 INSTANTIATE_TEST_SUITE_P(Registered, GeneratorTest, allShards(), shardName);
 
-TEST(RingAllReduce, LargeRankCounts) {
-  const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, "ring");
+// Rank counts above the shards' 64, for the AllReduce named `name`.
+void verifyLargeRankCounts(const char* name) {
+  const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, name);
   ASSERT_NE(algo, nullptr);
   for (int n : {65, 100, 127, 128}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
@@ -74,14 +49,9 @@ TEST(RingAllReduce, LargeRankCounts) {
   }
 }
 
-TEST(RecursiveDoublingAllReduce, LargeRankCounts) {
-  const AlgorithmInfo* algo = findAlgorithm(CollKind::kAllReduce, "rd");
-  ASSERT_NE(algo, nullptr);
-  for (int n : {65, 100, 127, 128}) {
-    SCOPED_TRACE(::testing::Message() << "n=" << n);
-    verifyAll(*algo, n);
-  }
-}
+TEST(RingAllReduce, LargeRankCounts) { verifyLargeRankCounts("ring"); }
+
+TEST(RecursiveDoublingAllReduce, LargeRankCounts) { verifyLargeRankCounts("rd"); }
 
 // Shape checks: the ring allreduce does 2(n-1) sends per rank (non-empty blocks), the chain
 // broadcast sends once per non-last rank, reduce never writes a non-root output.
@@ -105,11 +75,7 @@ TEST(RingAllReduce, StepCounts) {
 }
 
 TEST(ChainReduce, NonRootOutputUntouched) {
-  CollArgs a;
-  a.coll = CollKind::kReduce;
-  a.nranks = 5;
-  a.count = 9;
-  a.root = 2;
+  CollArgs a = callArgs(CollKind::kReduce, /*n=*/5, /*count=*/9, /*root=*/2);
   for (bool inPlace : {false, true}) {
     a.inPlace = inPlace;
     const Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kReduce), a);

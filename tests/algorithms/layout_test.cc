@@ -19,8 +19,6 @@
 namespace loom {
 namespace {
 
-bool isRooted(CollKind c) { return c == CollKind::kBroadcast || c == CollKind::kReduce; }
-
 std::shared_ptr<const RankLayout> makeLayout(std::vector<int> hostOf, std::vector<int> ring = {},
                                              int channels = 1) {
   Result<std::shared_ptr<const RankLayout>> l =
@@ -108,43 +106,18 @@ std::vector<size_t> countsFor(int n) {
   return std::vector<size_t>(s.begin(), s.end());
 }
 
-std::vector<int> rootsFor(CollKind c, int n) {
-  if (!isRooted(c)) return {0};
-  std::set<int> s = {0, n - 1, n / 2};
-  return std::vector<int>(s.begin(), s.end());
-}
-
 void verifyWithLayouts(const AlgorithmInfo& algo, int n) {
   for (const auto& layout : layoutsFor(n)) {
     ASSERT_NE(layout, nullptr);
-    for (size_t count : countsFor(n)) {
-      for (bool inPlace : {false, true}) {
-        for (int root : rootsFor(algo.coll, n)) {
-          CollArgs a;
-          a.coll = algo.coll;
-          a.nranks = n;
-          a.count = count;
-          a.root = root;
-          a.inPlace = inPlace;
-          a.layout = layout;
-          const Schedule s = buildSchedule(algo, a);
-          const Status st = verifySchedule(s);
-          ASSERT_TRUE(st.isOk()) << st.message();
-        }
-      }
-    }
+    verifyCalls(algo, n, countsFor(n), layout);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
 class LayoutGeneratorTest : public ::testing::TestWithParam<ShardParam> {};
 
 TEST_P(LayoutGeneratorTest, VerifiesWithLayouts) {
-  const AlgorithmInfo& algo = algorithms()[std::get<0>(GetParam())];
-  for (int n : shardRankCounts(GetParam())) {
-    SCOPED_TRACE(::testing::Message() << algo.name << " " << collName(algo.coll) << " n=" << n);
-    verifyWithLayouts(algo, n);
-    if (HasFatalFailure()) return;
-  }
+  forEachShardRankCount(GetParam(), verifyWithLayouts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, LayoutGeneratorTest, allShards(), shardName);

@@ -12,19 +12,11 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
+#include "tests/algorithms/shards.h"
 
 namespace loom {
 namespace {
-
-Step mk(StepKind kind, int peer, BufRef src, BufRef dst, size_t count) {
-  Step s;
-  s.kind = kind;
-  s.peer = peer;
-  s.src = src;
-  s.dst = dst;
-  s.count = count;
-  return s;
-}
 
 TEST(Lower, SplitsStepsIntoPieces) {
   RankSchedule rs;
@@ -59,11 +51,7 @@ TEST(Lower, SplitsStepsIntoPieces) {
 
 // A forwarded piece depends on exactly the same piece's receive: what pipelines a chain.
 TEST(Lower, ChainForwardDependsOnSamePiece) {
-  CollArgs a;
-  a.coll = CollKind::kBroadcast;
-  a.nranks = 4;
-  a.count = 10;
-  a.root = 0;
+  const CollArgs a = callArgs(CollKind::kBroadcast, /*n=*/4, /*count=*/10);
   const Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kBroadcast), a);
   const LoweredSchedule l = lowerSchedule(s.ranks[1], bufferLayout(a, 1), 4);
   ASSERT_EQ(l.pieces.size(), 6u);
@@ -378,33 +366,23 @@ TEST(Lower, RandomOrderExecutionComputesTheCollective) {
                                        static_cast<size_t>(n + 1),
                                        static_cast<size_t>(3 * n + 1),
                                        50};
-      for (size_t count : counts) {
-        for (bool inPlace : {false, true}) {
-          const bool rooted = algo.coll == CollKind::kBroadcast || algo.coll == CollKind::kReduce;
-          for (int root : rooted ? std::vector<int>{0, n - 1, n / 2} : std::vector<int>{0}) {
-            CollArgs a;
-            a.coll = algo.coll;
-            a.nranks = n;
-            a.count = count;
-            a.root = root;
-            a.inPlace = inPlace;
-            const Schedule s = buildSchedule(algo, a);
-            for (size_t pe : {size_t{1}, size_t{3}, size_t{16}, size_t{0}}) {
-              std::vector<LoweredSchedule> low;
-              for (int r = 0; r < n; ++r)
-                low.push_back(lowerSchedule(s.ranks[r], bufferLayout(a, r), pe));
-              for (int rep = 0; rep < 3; ++rep) {
-                SCOPED_TRACE(::testing::Message()
-                             << algo.name << " " << collName(algo.coll) << " n=" << n
-                             << " count=" << count << " inPlace=" << inPlace << " root=" << root
-                             << " piece=" << pe << " rep=" << rep);
-                const std::string err = runRandom(a, low, rep % 2 == 0, rng);
-                ASSERT_EQ(err, "");
-              }
-            }
+      forEachCall(algo, n, {counts.begin(), counts.end()}, nullptr, [&](const CollArgs& a) {
+        const Schedule s = buildSchedule(algo, a);
+        for (size_t pe : {size_t{1}, size_t{3}, size_t{16}, size_t{0}}) {
+          std::vector<LoweredSchedule> low;
+          for (int r = 0; r < n; ++r)
+            low.push_back(lowerSchedule(s.ranks[r], bufferLayout(a, r), pe));
+          for (int rep = 0; rep < 3; ++rep) {
+            SCOPED_TRACE(::testing::Message()
+                         << algo.name << " " << collName(algo.coll) << " n=" << n
+                         << " count=" << a.count << " inPlace=" << a.inPlace << " root=" << a.root
+                         << " piece=" << pe << " rep=" << rep);
+            const std::string err = runRandom(a, low, rep % 2 == 0, rng);
+            ASSERT_EQ(err, "");
           }
         }
-      }
+      });
+      if (HasFatalFailure()) return;
     }
   }
 }

@@ -7,15 +7,10 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
 
 namespace loom {
 namespace {
-
-int log2Floor(int n) {
-  int k = 0;
-  while ((2 << k) <= n) ++k;
-  return k;
-}
 
 struct Traffic {
   int sends = 0;

@@ -1,10 +1,14 @@
 // Sharding of the per-algorithm proofs: one gtest per (registered algorithm, range of 16 rank
-// counts from 1 to 64), so that ctest runs them in parallel and names each.
+// counts from 1 to 64), so that ctest runs them in parallel and names each; and the proof each
+// shard runs (verifyCalls).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -47,6 +51,54 @@ inline std::vector<int> shardRankCounts(const ShardParam& p) {
     if (keep) out.push_back(n);
   }
   return out;
+}
+
+// Runs check(algo, n) for the shard's algorithm and each of its rank counts, naming both in failure
+// messages; stops at the first fatal failure.
+template <class Check>
+void forEachShardRankCount(const ShardParam& p, Check check) {
+  const AlgorithmInfo& algo = algorithms()[std::get<0>(p)];
+  for (int n : shardRankCounts(p)) {
+    SCOPED_TRACE(::testing::Message() << algo.name << " " << collName(algo.coll) << " n=" << n);
+    check(algo, n);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// Roots worth trying for collective c on n ranks: the first, middle and last (0 alone without a
+// root).
+inline std::vector<int> rootsFor(CollKind c, int n) {
+  if (!collRooted(c)) return {0};
+  std::set<int> s = {0, n - 1, n / 2};
+  return std::vector<int>(s.begin(), s.end());
+}
+
+// Calls fn(args) for each call of algo's collective on n ranks: each count, in place and not,
+// each root of rootsFor, with `layout` (null: one host). Stops at the first fatal failure.
+template <class Fn>
+void forEachCall(const AlgorithmInfo& algo, int n, const std::vector<size_t>& counts,
+                 const std::shared_ptr<const RankLayout>& layout, Fn fn) {
+  for (size_t count : counts) {
+    for (bool inPlace : {false, true}) {
+      for (int root : rootsFor(algo.coll, n)) {
+        fn(CollArgs{algo.coll, n, count, root, inPlace, layout});
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Checks that verifySchedule accepts algo's schedule for each call of forEachCall; then calls
+// more(args, schedule) when given.
+inline void verifyCalls(const AlgorithmInfo& algo, int n, const std::vector<size_t>& counts,
+                        const std::shared_ptr<const RankLayout>& layout = nullptr,
+                        const std::function<void(const CollArgs&, const Schedule&)>& more = {}) {
+  forEachCall(algo, n, counts, layout, [&](const CollArgs& a) {
+    const Schedule s = buildSchedule(algo, a);
+    const Status st = verifySchedule(s);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    if (more) more(a, s);
+  });
 }
 
 }  // namespace loom

@@ -8,15 +8,10 @@
 #include "algorithms/generators.h"
 #include "algorithms/patterns.h"
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
 
 namespace loom {
 namespace {
-
-int log2Floor(int n) {
-  int k = 0;
-  while ((2 << k) <= n) ++k;
-  return k;
-}
 
 // Each tree spans all ranks: one root, child links mirror parent links, at most two children,
 // every rank reaches the root, and the depth (edges on the longest root path) is at most

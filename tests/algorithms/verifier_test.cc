@@ -5,20 +5,11 @@
 #include <string>
 
 #include "algorithms/schedule.h"
+#include "tests/algorithms/schedule_test_util.h"
 
 namespace loom {
 namespace {
 
-Step mk(StepKind kind, int peer, BufRef src, BufRef dst, size_t count, int channel = 0) {
-  Step s;
-  s.kind = kind;
-  s.peer = peer;
-  s.channel = channel;
-  s.src = src;
-  s.dst = dst;
-  s.count = count;
-  return s;
-}
 const BufRef kIn0{BufKind::kInput, 0};
 const BufRef kOut0{BufKind::kOutput, 0};
 const BufRef kNone{};
@@ -175,11 +166,7 @@ TEST(Verifier, WritesUserInput) {
 }
 
 TEST(Verifier, NonRootReduceOutputUntouched) {
-  CollArgs a;
-  a.coll = CollKind::kReduce;
-  a.nranks = 3;
-  a.count = 4;
-  a.root = 0;
+  const CollArgs a = callArgs(CollKind::kReduce, /*n=*/3, /*count=*/4);
   Schedule s = buildSchedule(*defaultAlgorithm(CollKind::kReduce), a);
   ASSERT_TRUE(verifySchedule(s).isOk());
   s.ranks[1].steps.push_back(copy(kIn0, kOut0, 4));

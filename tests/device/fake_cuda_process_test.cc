@@ -113,10 +113,7 @@ int childVmm(int sock) {
   CUdeviceptr va = 0;
   CHILD_CHECK(a.cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0) == kSuccess);
   CHILD_CHECK(a.cuMemMap(va, 2 * kGranule, 0, h, 0) == kSuccess);
-  CUmemAccessDesc acc{};
-  acc.location.type = kMemLocationTypeDevice;
-  acc.location.id = 0;
-  acc.flags = kMemAccessReadWrite;
+  const CUmemAccessDesc acc = readWriteAccess();
   CHILD_CHECK(a.cuMemSetAccess(va, 2 * kGranule, &acc, 1) == kSuccess);
   std::vector<unsigned char> buf(4096);
   CHILD_CHECK(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(buf.data()), va + kGranule - 4096,
@@ -233,10 +230,11 @@ TEST_F(FakeCudaProcess, LegacyIpcHandleOpensInAnotherProcess) {
   const CUdeviceptr q = alloc(1 << 20);
   ASSERT_CU_OK(a.cuIpcGetMemHandle(&freed, q));
   ASSERT_CU_OK(a.cuMemFree(q));
-  const pid_t pid = spawnSelf("LOOMTEST_FAKECUDA_CHILD",
-                              "ipc " + toHex(&h, sizeof(h)) + " " + toHex(&freed, sizeof(freed)));
-  ASSERT_GT(pid, 0);
-  EXPECT_EQ(childExitCode(pid), 0) << "the child's checks failed (its stderr says which)";
+  ChildProcess child(spawnSelf("LOOMTEST_FAKECUDA_CHILD",
+                               "ipc " + toHex(&h, sizeof(h)) + " " + toHex(&freed, sizeof(freed))));
+  ASSERT_GT(child.pid, 0);
+  EXPECT_EQ(child.exitCode(kChildTimeoutMs), 0)
+      << "the child's checks failed (its stderr says which)";
   std::vector<unsigned char> got(8192);
   ASSERT_CU_OK(a.cuMemcpyAsync(dev(got.data()), p, got.size(), nullptr));
   for (size_t i = 0; i < got.size(); ++i)
@@ -245,19 +243,13 @@ TEST_F(FakeCudaProcess, LegacyIpcHandleOpensInAnotherProcess) {
 
 TEST_F(FakeCudaProcess, VmmHandleTravelsOverAUnixSocket) {
   const DriverApi& a = cu();
-  CUmemAllocationProp prop{};
-  prop.type = kMemAllocationTypePinned;
-  prop.requestedHandleTypes = kMemHandleTypePosixFd;
-  prop.location.type = kMemLocationTypeDevice;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = posixFdProp();
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = 0;
   ASSERT_CU_OK(a.cuMemCreate(&h, 2 * kGranule, &prop, 0));
   ASSERT_CU_OK(a.cuMemAddressReserve(&va, 2 * kGranule, 0, 0, 0));
   ASSERT_CU_OK(a.cuMemMap(va, 2 * kGranule, 0, h, 0));
-  CUmemAccessDesc acc{};
-  acc.location = prop.location;
-  acc.flags = kMemAccessReadWrite;
+  const CUmemAccessDesc acc = readWriteAccess();
   ASSERT_CU_OK(a.cuMemSetAccess(va, 2 * kGranule, &acc, 1));
   ASSERT_CU_OK(a.cuMemsetD8Async(va, 0x5c, 2 * kGranule, nullptr));
   ASSERT_CU_OK(a.cuStreamSynchronize(nullptr));
@@ -266,9 +258,9 @@ TEST_F(FakeCudaProcess, VmmHandleTravelsOverAUnixSocket) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);  // sv[1] goes to the child
   ::fcntl(sv[0], F_SETFD, FD_CLOEXEC);
-  const pid_t pid = spawnSelf("LOOMTEST_FAKECUDA_CHILD", "vmm " + std::to_string(sv[1]), sv[0]);
+  ChildProcess child(spawnSelf("LOOMTEST_FAKECUDA_CHILD", "vmm " + std::to_string(sv[1]), sv[0]));
   ::close(sv[1]);
-  ASSERT_GT(pid, 0);
+  ASSERT_GT(child.pid, 0);
   char byte = 1;
   iovec iov{&byte, 1};
   alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
@@ -284,7 +276,8 @@ TEST_F(FakeCudaProcess, VmmHandleTravelsOverAUnixSocket) {
   std::memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
   EXPECT_EQ(::sendmsg(sv[0], &msg, 0), 1);
   ::close(fd);
-  EXPECT_EQ(childExitCode(pid), 0) << "the child's checks failed (its stderr says which)";
+  EXPECT_EQ(child.exitCode(kChildTimeoutMs), 0)
+      << "the child's checks failed (its stderr says which)";
   ::close(sv[0]);
   std::vector<unsigned char> got(8192);
   ASSERT_CU_OK(a.cuMemcpyAsync(dev(got.data()), va + kGranule - 4096, got.size(), nullptr));
@@ -296,17 +289,17 @@ TEST_F(FakeCudaProcess, VmmHandleTravelsOverAUnixSocket) {
 
 TEST(FakeCudaStartup, FaultsFromTheEnvironment) {
   for (const char* spec : {"lost_device:2", "illegal_address:1"}) {
-    const pid_t pid = spawnSelf("LOOMTEST_FAKECUDA_CHILD", std::string("fault ") + spec);
-    ASSERT_GT(pid, 0);
-    EXPECT_EQ(childExitCode(pid), 0) << spec << ": the child's checks failed";
+    ChildProcess child(spawnSelf("LOOMTEST_FAKECUDA_CHILD", std::string("fault ") + spec));
+    ASSERT_GT(child.pid, 0);
+    EXPECT_EQ(child.exitCode(kChildTimeoutMs), 0) << spec << ": the child's checks failed";
   }
 }
 
 TEST(FakeCudaStartup, CallsBeforeCuInitAndNoDevice) {
   for (const char* role : {"noinit", "nodevice"}) {
-    const pid_t pid = spawnSelf("LOOMTEST_FAKECUDA_CHILD", role);
-    ASSERT_GT(pid, 0);
-    EXPECT_EQ(childExitCode(pid), 0) << role << ": the child's checks failed";
+    ChildProcess child(spawnSelf("LOOMTEST_FAKECUDA_CHILD", role));
+    ASSERT_GT(child.pid, 0);
+    EXPECT_EQ(child.exitCode(kChildTimeoutMs), 0) << role << ": the child's checks failed";
   }
 }
 

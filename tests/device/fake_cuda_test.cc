@@ -468,11 +468,7 @@ class FakeCudaVmm : public FakeCudaTest {};
 
 TEST_F(FakeCudaVmm, CreateMapAccessExportImportInOneProcess) {
   const DriverApi& a = cu();
-  CUmemAllocationProp prop{};
-  prop.type = kMemAllocationTypePinned;
-  prop.requestedHandleTypes = kMemHandleTypePosixFd;
-  prop.location.type = kMemLocationTypeDevice;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = posixFdProp();
   size_t g = 0;
   ASSERT_CU_OK(a.cuMemGetAllocationGranularity(&g, &prop, kMemAllocGranularityMinimum));
   EXPECT_EQ(g, size_t(2) << 20);
@@ -484,9 +480,7 @@ TEST_F(FakeCudaVmm, CreateMapAccessExportImportInOneProcess) {
   ASSERT_CU_OK(a.cuMemMap(va, 2 * g, 0, h, 0));
   EXPECT_CU(kErrorInvalidValue, a.cuMemMap(va, g, 0, h, 0));            // mapped already
   EXPECT_CU(kErrorInvalidValue, a.cuMemsetD8Async(va, 1, 8, nullptr));  // no access yet
-  CUmemAccessDesc acc{};
-  acc.location = prop.location;
-  acc.flags = kMemAccessReadWrite;
+  const CUmemAccessDesc acc = readWriteAccess();
   ASSERT_CU_OK(a.cuMemSetAccess(va, 2 * g, &acc, 1));
   EXPECT_CU(kSuccess, a.cuMemsetD8Async(va + g, 0x77, 4096, nullptr));
   unsigned type = 0;

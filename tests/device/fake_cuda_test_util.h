@@ -1,24 +1,21 @@
 // Helpers of the emulated CUDA device's tests: the driver loaded through Loom's own loader with
 // LOOM_CUDA_LIB naming the built library (LOOMTEST_FAKECUDA_LIB, from CMake), the library's test
-// controls, a fixture with device 0's primary context current, and child processes that are this
-// test binary started afresh (never a fork of a process that runs threads).
+// controls, a fixture with device 0's primary context current, VMM properties, and child processes
+// that are this test binary started afresh (tests/child_process.h).
 #pragma once
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "src/core/params.h"
 #include "src/device/cuda_driver.h"
+#include "tests/child_process.h"
 #include "tests/device/fake_cuda/fake_cuda.h"
 
 namespace loom::testing_fakecuda {
@@ -148,41 +145,28 @@ class FakeCudaTest : public ::testing::Test {
   CUcontext ctx_ = nullptr;
 };
 
-// Starts this test binary afresh as a child, with var=value added to the environment and
-// closeInChild closed; the test file's static initializer that reads var runs the child's part
-// before main and exits. Between fork and exec only async-signal-safe calls. Returns the pid.
-inline pid_t spawnSelf(const char* var, const std::string& value, int closeInChild = -1) {
-  std::string entry = std::string(var) + "=" + value;
-  const size_t n = std::strlen(var);
-  std::vector<char*> env;
-  for (char** e = environ; *e; ++e)
-    if (!(std::strncmp(*e, var, n) == 0 && (*e)[n] == '=')) env.push_back(*e);
-  env.push_back(&entry[0]);
-  env.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* argv[] = {self, nullptr};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (closeInChild >= 0) ::close(closeInChild);
-    ::execve(self, argv, env.data());
-    ::_exit(127);
-  }
-  return pid;
+// VMM memory on `device` that can be exported as a POSIX fd (cuMemCreate's properties).
+inline cuda::CUmemAllocationProp posixFdProp(int device = 0) {
+  cuda::CUmemAllocationProp prop{};
+  prop.type = cuda::kMemAllocationTypePinned;
+  prop.requestedHandleTypes = cuda::kMemHandleTypePosixFd;
+  prop.location.type = cuda::kMemLocationTypeDevice;
+  prop.location.id = device;
+  return prop;
 }
 
-// The child's exit code (waiting at most 60 s, then killing it); -1 when it did not exit.
-inline int childExitCode(pid_t pid) {
-  int status = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > end) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+// Read and write access for `device` (cuMemSetAccess).
+inline cuda::CUmemAccessDesc readWriteAccess(int device = 0) {
+  cuda::CUmemAccessDesc acc{};
+  acc.location.type = cuda::kMemLocationTypeDevice;
+  acc.location.id = device;
+  acc.flags = cuda::kMemAccessReadWrite;
+  return acc;
 }
+
+// Children (tests/child_process.h) wait at most this long.
+constexpr int64_t kChildTimeoutMs = 60000;
+using testing_util::ChildProcess;
+using testing_util::spawnSelf;
 
 }  // namespace loom::testing_fakecuda

@@ -1,13 +1,10 @@
 // Helpers for the tests of every net::Transport (the conformance suite and each backend's own
 // file): environment overrides, message patterns, connection setup alternating connect and accept
 // in one thread (the NCCL pattern), bounded request driving, and child processes that are this
-// test binary started afresh.
+// test binary started afresh (tests/child_process.h).
 #pragma once
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +17,7 @@
 
 #include "src/core/clock.h"
 #include "src/core/params.h"
+#include "tests/child_process.h"
 #include "transports/net.h"
 
 namespace loom {
@@ -200,63 +198,6 @@ inline Status postRetry(net::Transport* t, PostFn&& post, void** request,
     }
   }
 }
-
-// Starts this test binary afresh as a child process, with var=value added to the caller's
-// environment (as ScopedEnv left it) and closeInChild closed. The test file defines a static
-// initializer that reads var: the child runs its part there, before main, and exits. A fresh
-// process, unlike a fork of the test, inherits no lock that one of the test's threads held at the
-// fork. Everything is built before the fork; between fork and exec only async-signal-safe calls.
-// Returns the child's pid, or -1.
-inline pid_t spawnSelf(const char* var, const std::string& value, int closeInChild) {
-  std::string entry = std::string(var) + "=" + value;
-  const size_t n = std::strlen(var);
-  std::vector<char*> env;
-  for (char** e = environ; *e; ++e)
-    if (!(std::strncmp(*e, var, n) == 0 && (*e)[n] == '=')) env.push_back(*e);
-  env.push_back(&entry[0]);
-  env.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* argv[] = {self, nullptr};
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (closeInChild >= 0) ::close(closeInChild);
-    ::execve(self, argv, env.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// A child process (from spawnSelf) that goes with the test: killed and reaped on destruction,
-// whatever assertion ended the test. Left alive, it would keep the test's output pipe open and
-// ctest would wait for it until its timeout.
-struct ChildProcess {
-  pid_t pid = -1;  // -1 once reaped
-  int status = 0;  // its wait status, once reaped
-  ChildProcess() = default;
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  ~ChildProcess() { kill(); }
-  // SIGKILL unless reaped already, and reap; the wait status.
-  int kill() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      pid = -1;
-    }
-    return status;
-  }
-  // True (and reaped) once it has exited.
-  bool exited() {
-    if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) pid = -1;
-    return pid < 0;
-  }
-  // The wait status once it exits, waiting at most timeoutMs (then kills it).
-  int reap(int64_t timeoutMs) {
-    Deadline deadline(timeoutMs);
-    while (!exited() && !deadline.expired()) ::usleep(1000);
-    return kill();
-  }
-};
 
 }  // namespace testing_util
 }  // namespace loom

@@ -90,57 +90,31 @@ std::string Port::downReason() const {
   return downReason_;
 }
 
+namespace {
+
+// A verbs code (one bit) and what it stands for.
+struct CodeValue {
+  int code;
+  int value;
+};
+// ibv_port_attr::active_speed -> Mb/s per lane: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR.
+constexpr CodeValue kLaneMbps[] = {{1, 2500},   {2, 5000},   {4, 10000},  {8, 10000},
+                                   {16, 14000}, {32, 25000}, {64, 50000}, {128, 100000}};
+// ibv_port_attr::active_width -> lanes.
+constexpr CodeValue kLanes[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+
+// The value of `code` in `table`; 0 for a code it does not know.
+template <size_t N>
+int valueOf(const CodeValue (&table)[N], int code) {
+  for (const CodeValue& c : table)
+    if (c.code == code) return c.value;
+  return 0;
+}
+
+}  // namespace
+
 int portSpeedMbps(const ibv_port_attr& attr) {
-  int laneMbps = 0;
-  switch (attr.active_speed) {
-    case 1:
-      laneMbps = 2500;
-      break;  // SDR
-    case 2:
-      laneMbps = 5000;
-      break;  // DDR
-    case 4:
-      laneMbps = 10000;
-      break;  // QDR
-    case 8:
-      laneMbps = 10000;
-      break;  // FDR10
-    case 16:
-      laneMbps = 14000;
-      break;  // FDR
-    case 32:
-      laneMbps = 25000;
-      break;  // EDR
-    case 64:
-      laneMbps = 50000;
-      break;  // HDR
-    case 128:
-      laneMbps = 100000;
-      break;  // NDR
-    default:
-      laneMbps = 0;
-  }
-  int lanes = 0;
-  switch (attr.active_width) {
-    case 1:
-      lanes = 1;
-      break;
-    case 2:
-      lanes = 4;
-      break;
-    case 4:
-      lanes = 8;
-      break;
-    case 8:
-      lanes = 12;
-      break;
-    case 16:
-      lanes = 2;
-      break;
-    default:
-      lanes = 0;
-  }
-  return laneMbps * lanes;
+  return valueOf(kLaneMbps, attr.active_speed) * valueOf(kLanes, attr.active_width);
 }
 
 Status chooseGid(Port* p) {

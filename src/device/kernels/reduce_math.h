@@ -42,22 +42,19 @@ enum DType : int {
 };
 enum ROp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kNumROps = 5 };
 
-LOOM_HD uint32_t floatBits(float f) {
+// The bits of `from` as a To of the same size.
+template <class To, class From>
+LOOM_HD To bitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bitCast changes no size");
   union {
-    float f;
-    uint32_t u;
+    From from;
+    To to;
   } c;
-  c.f = f;
-  return c.u;
+  c.from = from;
+  return c.to;
 }
-LOOM_HD float bitsFloat(uint32_t u) {
-  union {
-    float f;
-    uint32_t u;
-  } c;
-  c.u = u;
-  return c.f;
-}
+LOOM_HD uint32_t floatBits(float f) { return bitCast<uint32_t>(f); }
+LOOM_HD float bitsFloat(uint32_t u) { return bitCast<float>(u); }
 
 // Exact for every half; NaN stays NaN.
 LOOM_HD float halfToFloat(uint16_t h) {
@@ -163,28 +160,23 @@ struct Elem<kFloat32> : ElemFloat<float> {};
 template <>
 struct Elem<kFloat64> : ElemFloat<double> {};
 
-template <>
-struct Elem<kFloat16> {
+// A 16-bit float (half, bfloat16) stored as its bits and computed in float: ToFloat and
+// FromFloat convert.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+struct Elem16 {
   using Storage = uint16_t;
   template <int Op>
   static LOOM_HD uint16_t combine(uint16_t a, uint16_t b) {
-    return floatToHalf(combineFloat<float, Op>(halfToFloat(a), halfToFloat(b)));
+    return FromFloat(combineFloat<float, Op>(ToFloat(a), ToFloat(b)));
   }
   static LOOM_HD uint16_t divide(uint16_t a, int n) {
-    return floatToHalf(halfToFloat(a) / static_cast<float>(n));
+    return FromFloat(ToFloat(a) / static_cast<float>(n));
   }
 };
 template <>
-struct Elem<kBfloat16> {
-  using Storage = uint16_t;
-  template <int Op>
-  static LOOM_HD uint16_t combine(uint16_t a, uint16_t b) {
-    return floatToBf16(combineFloat<float, Op>(bf16ToFloat(a), bf16ToFloat(b)));
-  }
-  static LOOM_HD uint16_t divide(uint16_t a, int n) {
-    return floatToBf16(bf16ToFloat(a) / static_cast<float>(n));
-  }
-};
+struct Elem<kFloat16> : Elem16<halfToFloat, floatToHalf> {};
+template <>
+struct Elem<kBfloat16> : Elem16<bf16ToFloat, floatToBf16> {};
 
 // What one reduction kernel launch computes: dst[i] = src[0][i] op src[1][i] op ... op
 // src[nsrc-1][i] for i < count (pairwise, left to right), then / divideBy when divideBy > 0

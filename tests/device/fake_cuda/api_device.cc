@@ -13,202 +13,100 @@ namespace {
 constexpr char kDeviceName[] = "Loom emulated GPU";
 constexpr int kDriverVersion = 12080;
 
-// An sm_90 GPU of the H100/H200 class; attributes not listed read 0.
+// An sm_90 GPU of the H100/H200 class: the attributes that read a fixed value other than 0.
+struct FixedAttribute {
+  int attr;
+  int value;
+};
+constexpr FixedAttribute kFixedAttributes[] = {
+    {1, 1024},         // MAX_THREADS_PER_BLOCK
+    {2, 1024},         // MAX_BLOCK_DIM_X
+    {3, 1024},         // MAX_BLOCK_DIM_Y
+    {4, 64},           // MAX_BLOCK_DIM_Z
+    {5, 2147483647},   // MAX_GRID_DIM_X
+    {6, 65535},        // MAX_GRID_DIM_Y
+    {7, 65535},        // MAX_GRID_DIM_Z
+    {8, 49152},        // MAX_SHARED_MEMORY_PER_BLOCK
+    {9, 65536},        // TOTAL_CONSTANT_MEMORY
+    {10, 32},          // WARP_SIZE
+    {11, 2147483647},  // MAX_PITCH
+    {12, 65536},       // MAX_REGISTERS_PER_BLOCK
+    {13, 1980000},     // CLOCK_RATE (kHz)
+    {14, 512},         // TEXTURE_ALIGNMENT
+    {15, 1},           // GPU_OVERLAP
+    {kAttrMultiprocessorCount, 132},
+    {19, 1},         // CAN_MAP_HOST_MEMORY
+    {31, 1},         // CONCURRENT_KERNELS
+    {32, 1},         // ECC_ENABLED
+    {36, 2619000},   // MEMORY_CLOCK_RATE (kHz)
+    {37, 6144},      // GLOBAL_MEMORY_BUS_WIDTH
+    {38, 50 << 20},  // L2_CACHE_SIZE
+    {39, 2048},      // MAX_THREADS_PER_MULTIPROCESSOR
+    {40, 3},         // ASYNC_ENGINE_COUNT
+    {kAttrUnifiedAddressing, 1},
+    {kAttrComputeCapabilityMajor, 9},  // and minor 0 (not listed)
+    {78, 1},                           // STREAM_PRIORITIES_SUPPORTED
+    {79, 1},                           // GLOBAL_L1_CACHE_SUPPORTED
+    {80, 1},                           // LOCAL_L1_CACHE_SUPPORTED
+    {81, 233472},                      // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    {82, 65536},                       // MAX_REGISTERS_PER_MULTIPROCESSOR
+    {83, 1},                           // MANAGED_MEMORY
+    {87, 2},                           // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+    {89, 1},                           // CONCURRENT_MANAGED_ACCESS
+    {90, 1},                           // COMPUTE_PREEMPTION_SUPPORTED
+    {91, 1},                           // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    {95, 1},                           // COOPERATIVE_LAUNCH
+    {96, 1},                           // COOPERATIVE_MULTI_DEVICE_LAUNCH
+    {97, 232448},                      // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    {99, 1},                           // HOST_REGISTER_SUPPORTED
+    {106, 32},                         // MAX_BLOCKS_PER_MULTIPROCESSOR
+    {108, 31457280},                   // MAX_PERSISTING_L2_CACHE_SIZE
+    {109, 134213632},                  // MAX_ACCESS_POLICY_WINDOW_SIZE
+    {111, 1024},                       // RESERVED_SHARED_MEMORY_PER_BLOCK
+    {113, 1},                          // READ_ONLY_HOST_REGISTER_SUPPORTED
+    {115, 1},                          // MEMORY_POOLS_SUPPORTED
+    {116, 1},                          // GPU_DIRECT_RDMA_SUPPORTED
+    {117, 1},                          // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
+    {119, 1},                          // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
+    {120, 1},                          // CLUSTER_LAUNCH
+    {125, 1},                          // IPC_EVENT_SUPPORTED
+    {126, 4},                          // MEM_SYNC_DOMAIN_COUNT
+    {127, 1},                          // TENSOR_MAP_ACCESS_SUPPORTED
+    {129, 1},                          // UNIFIED_FUNCTION_POINTERS
+    {131, -1},                         // NUMA_ID
+    {134, -1},                         // HOST_NUMA_ID
+};
+
+// The device's attribute `attr`: those that follow the configuration (fake_cuda.h's environment)
+// or the device, then the fixed ones; unknown attributes below kNumAttributes read 0.
 bool deviceAttribute(int attr, const Device& d, int* out) {
   const Config& c = state().cfg;
   if (attr < 1 || attr >= kNumAttributes) return false;
-  int v = 0;
   switch (attr) {
-    case 1:
-    case 2:
-    case 3:
-      v = 1024;
-      break;  // MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X/Y
-    case 4:
-      v = 64;
-      break;  // MAX_BLOCK_DIM_Z
-    case 5:
-      v = 2147483647;
-      break;  // MAX_GRID_DIM_X
-    case 6:
-    case 7:
-      v = 65535;
-      break;  // MAX_GRID_DIM_Y/Z
-    case 8:
-      v = 49152;
-      break;  // MAX_SHARED_MEMORY_PER_BLOCK
-    case 9:
-      v = 65536;
-      break;  // TOTAL_CONSTANT_MEMORY
-    case 10:
-      v = 32;
-      break;  // WARP_SIZE
-    case 11:
-      v = 2147483647;
-      break;  // MAX_PITCH
-    case 12:
-      v = 65536;
-      break;  // MAX_REGISTERS_PER_BLOCK
-    case 13:
-      v = 1980000;
-      break;  // CLOCK_RATE (kHz)
-    case 14:
-      v = 512;
-      break;  // TEXTURE_ALIGNMENT
-    case 15:
-      v = 1;
-      break;  // GPU_OVERLAP
-    case kAttrMultiprocessorCount:
-      v = 132;
-      break;
-    case 19:
-      v = 1;
-      break;  // CAN_MAP_HOST_MEMORY
-    case 31:
-      v = 1;
-      break;  // CONCURRENT_KERNELS
-    case 32:
-      v = 1;
-      break;  // ECC_ENABLED
-    case kAttrPciBusId:
-      v = 0x10 + d.ordinal;
-      break;
-    case 36:
-      v = 2619000;
-      break;  // MEMORY_CLOCK_RATE (kHz)
-    case 37:
-      v = 6144;
-      break;  // GLOBAL_MEMORY_BUS_WIDTH
-    case 38:
-      v = 50 << 20;
-      break;  // L2_CACHE_SIZE
-    case 39:
-      v = 2048;
-      break;  // MAX_THREADS_PER_MULTIPROCESSOR
-    case 40:
-      v = 3;
-      break;  // ASYNC_ENGINE_COUNT
-    case kAttrUnifiedAddressing:
-      v = 1;
-      break;
-    case kAttrComputeCapabilityMajor:
-      v = 9;
-      break;
-    case kAttrComputeCapabilityMinor:
-      v = 0;
-      break;
-    case 78:
-      v = 1;
-      break;  // STREAM_PRIORITIES_SUPPORTED
-    case 79:
-    case 80:
-      v = 1;
-      break;  // GLOBAL/LOCAL_L1_CACHE_SUPPORTED
-    case 81:
-      v = 233472;
-      break;  // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-    case 82:
-      v = 65536;
-      break;  // MAX_REGISTERS_PER_MULTIPROCESSOR
-    case 83:
-      v = 1;
-      break;  // MANAGED_MEMORY
-    case 86:
-      v = 0;
-      break;  // HOST_NATIVE_ATOMIC_SUPPORTED
-    case 87:
-      v = 2;
-      break;  // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-    case 89:
-      v = 1;
-      break;  // CONCURRENT_MANAGED_ACCESS
-    case 90:
-      v = 1;
-      break;  // COMPUTE_PREEMPTION_SUPPORTED
-    case 91:
-      v = 1;
-      break;  // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-    case 92:
+    case 92:  // stream memory operations, v1 (92 to 94) and current
     case 93:
     case 94:
-      v = c.memops ? 1 : 0;
-      break;  // stream memops (v1)
-    case 95:
-    case 96:
-      v = 1;
-      break;  // COOPERATIVE_(MULTI_DEVICE_)LAUNCH
-    case 97:
-      v = 232448;
-      break;  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    case 99:
-      v = 1;
-      break;  // HOST_REGISTER_SUPPORTED
-    case kAttrVmmSupported:
-    case kAttrPosixFdHandleSupported:
-      v = c.vmm ? 1 : 0;
-      break;
-    case 106:
-      v = 32;
-      break;  // MAX_BLOCKS_PER_MULTIPROCESSOR
-    case 108:
-      v = 31457280;
-      break;  // MAX_PERSISTING_L2_CACHE_SIZE
-    case 109:
-      v = 134213632;
-      break;  // MAX_ACCESS_POLICY_WINDOW_SIZE
-    case 110:
-      v = c.vmm ? 1 : 0;
-      break;  // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
-    case 111:
-      v = 1024;
-      break;  // RESERVED_SHARED_MEMORY_PER_BLOCK
-    case 113:
-      v = 1;
-      break;  // READ_ONLY_HOST_REGISTER_SUPPORTED
-    case 115:
-      v = 1;
-      break;  // MEMORY_POOLS_SUPPORTED
-    case 116:
-      v = 1;
-      break;  // GPU_DIRECT_RDMA_SUPPORTED
-    case 117:
-      v = 1;
-      break;  // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
-    case 119:
-      v = 1;
-      break;  // MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX fd)
-    case 120:
-      v = 1;
-      break;  // CLUSTER_LAUNCH
     case kAttrStreamMemOps64:
     case 123:
-      v = c.memops ? 1 : 0;
-      break;
+      *out = c.memops ? 1 : 0;
+      return true;
+    case kAttrVmmSupported:
+    case kAttrPosixFdHandleSupported:
+    case 110:  // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+      *out = c.vmm ? 1 : 0;
+      return true;
     case kAttrDmaBufSupported:
-      v = c.dmabuf ? 1 : 0;
-      break;
-    case 125:
-      v = 1;
-      break;  // IPC_EVENT_SUPPORTED
-    case 126:
-      v = 4;
-      break;  // MEM_SYNC_DOMAIN_COUNT
-    case 127:
-      v = 1;
-      break;  // TENSOR_MAP_ACCESS_SUPPORTED
-    case 129:
-      v = 1;
-      break;  // UNIFIED_FUNCTION_POINTERS
-    case 131:
-      v = -1;
-      break;  // NUMA_ID
-    case 134:
-      v = -1;
-      break;  // HOST_NUMA_ID
+      *out = c.dmabuf ? 1 : 0;
+      return true;
+    case kAttrPciBusId:
+      *out = 0x10 + d.ordinal;
+      return true;
     default:
       break;
   }
-  *out = v;
+  *out = 0;
+  for (const FixedAttribute& a : kFixedAttributes)
+    if (a.attr == attr) *out = a.value;
   return true;
 }
 

@@ -127,9 +127,7 @@ extern "C" {
 CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
   if (handle == nullptr) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
     if (r == nullptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;
     // An interior pointer names the whole allocation; the importer gets its base.
@@ -151,9 +149,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned flags) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || (flags & ~kIpcMemLazyEnablePeerAccess) != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     IpcHandle h;
     std::memcpy(&h, handle.reserved, sizeof(h));
     if (h.magic != kIpcMagic || h.version != 1 || h.size == 0 || h.span < h.size)
@@ -179,33 +175,19 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigne
     b->size = h.span;
     b->ino = h.ino;
     b->device = deviceOf(h.device) ? h.device : c->dev->ordinal;
-    auto r = std::make_shared<Region>();
-    r->base = space().reserve(h.span, kGranularity);
-    if (r->base == 0) return kErrorOutOfMemory;
-    r->span = h.span;
-    r->size = h.size;
-    r->kind = RegionKind::kIpc;
-    r->shadow = mapShadow(fd, h.span, 0);
-    if (r->shadow == nullptr) return kErrorMapFailed;
-    r->shadowLen = h.span;
-    r->device = b->device;
-    r->backing = std::move(b);
-    r->ctx = c;
-    r->gen = c->gen.load();
-    r->bufferId = nextBufferId();
-    *dptr = r->base;
-    ipcOpen()[key] = IpcOpen{r->base, 1};
-    space().insert(std::move(r));
-    count(kIpcMappings);
+    const uintptr_t base = space().reserve(h.span, kGranularity);
+    if (base == 0) return kErrorOutOfMemory;
+    if (!mapRegion(RegionKind::kIpc, base, h.span, h.size, std::move(b), 0, c))
+      return kErrorMapFailed;
+    ipcOpen()[key] = IpcOpen{base, 1};
+    *dptr = base;
     return kSuccess;
   });
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     std::shared_ptr<Region> gone;
     {
       std::lock_guard<std::mutex> lk(gIpcMu);
@@ -359,23 +341,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllo
     --res;
     if (ptr + bytes > res->first + res->second) return kErrorInvalidValue;    // not reserved
     if (!space().overlapping(ptr, bytes).empty()) return kErrorInvalidValue;  // mapped already
-    auto r = std::make_shared<Region>();
-    r->base = ptr;
-    r->size = bytes;
-    r->span = bytes;
-    r->ownsAddresses = false;  // the reservation's
-    r->kind = RegionKind::kVmm;
-    r->shadow = mapShadow(b->fd, bytes, offset);
-    if (r->shadow == nullptr) return kErrorOutOfMemory;
-    r->shadowLen = bytes;
-    r->backing = b;
-    r->backingOffset = offset;
-    r->device = b->device;
-    r->bufferId = nextBufferId();
-    r->access.store(kAccessNone);  // until cuMemSetAccess
-    space().insert(std::move(r));
-    count(kVmmMappings);
-    return kSuccess;
+    return mapRegion(RegionKind::kVmm, ptr, bytes, bytes, b, offset, nullptr) ? kSuccess
+                                                                              : kErrorOutOfMemory;
   });
 }
 

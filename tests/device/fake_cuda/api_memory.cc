@@ -19,6 +19,25 @@ void put(void* data, T v) {
   std::memcpy(data, &v, sizeof(T));
 }
 
+// Makes [base, base + bytes) host memory the device knows, of context c: allocated (owned) or
+// registered. False when it meets host memory the device knows already.
+bool addHost(uintptr_t base, size_t bytes, unsigned flags, bool owned, Context* c) {
+  if (!space().insertHost(std::make_shared<HostRegion>(base, bytes, flags, owned, c))) return false;
+  count(owned ? kHostAllocations : kHostRegistrations);
+  return true;
+}
+
+// Forgets the host memory that starts at p, allocated (owned) or registered; false when there is
+// none of that kind.
+bool removeHost(void* p, bool owned) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::shared_ptr<HostRegion> h = space().findHost(a);
+  if (h == nullptr || h->base != a || h->owned != owned) return false;
+  if (space().removeHost(a) == nullptr) return false;
+  count(owned ? kHostAllocations : kHostRegistrations, -1);
+  return true;
+}
+
 }  // namespace
 
 extern "C" {
@@ -26,38 +45,22 @@ extern "C" {
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || bytes == 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     const size_t span = roundUp(bytes, kGranularity);
     std::shared_ptr<Backing> b;
     FAKECUDA_TRY(makeBacking(c->dev, span, roundUp(bytes, pageSize()), &b));
-    auto r = std::make_shared<Region>();
-    r->base = space().reserve(span, kGranularity);
-    if (r->base == 0) return kErrorOutOfMemory;
-    r->span = span;
-    r->size = bytes;
-    r->kind = RegionKind::kAlloc;
-    r->shadow = mapShadow(b->fd, span, 0);
-    if (r->shadow == nullptr) return kErrorOutOfMemory;
-    r->shadowLen = span;
-    r->backing = std::move(b);
-    r->ctx = c;
-    r->gen = c->gen.load();
-    r->device = c->dev->ordinal;
-    r->bufferId = nextBufferId();
-    *dptr = r->base;
-    space().insert(std::move(r));
-    count(kAllocations);
+    const uintptr_t base = space().reserve(span, kGranularity);
+    if (base == 0) return kErrorOutOfMemory;
+    if (!mapRegion(RegionKind::kAlloc, base, span, bytes, std::move(b), 0, c))
+      return kErrorOutOfMemory;
+    *dptr = base;
     return kSuccess;
   });
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     if (dptr == 0) return kSuccess;
     std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
     if (r == nullptr || r->base != dptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;
@@ -70,22 +73,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
   FAKECUDA_ENTRY();
   if (pp == nullptr || bytes == 0 || (flags & ~kHostAllocFlags) != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     void* p = ::mmap(nullptr, roundUp(bytes, pageSize()), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return kErrorOutOfMemory;
-    auto h = std::make_shared<HostRegion>();
-    h->base = reinterpret_cast<uintptr_t>(p);
-    h->size = bytes;
-    h->flags = flags;
-    h->owned = true;
-    h->ctx = c;
-    h->gen = c->gen.load();
-    h->bufferId = nextBufferId();
-    if (!space().insertHost(h)) return kErrorUnknown;  // cannot happen: fresh memory
-    count(kHostAllocations);
+    // Fresh memory cannot meet known memory (a failure unmaps it).
+    if (!addHost(reinterpret_cast<uintptr_t>(p), bytes, flags, true, c)) return kErrorUnknown;
     *pp = p;
     return kSuccess;
   });
@@ -93,22 +86,13 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
 
 CUresult cuMemFreeHost(void* p) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    std::shared_ptr<HostRegion> h = space().findHost(a);
-    if (h == nullptr || h->base != a || !h->owned) return kErrorInvalidValue;
-    if (space().removeHost(a) == nullptr) return kErrorInvalidValue;
-    count(kHostAllocations, -1);
-    return kSuccess;
-  });
+  return guarded([&] { return removeHost(p, true) ? kSuccess : kErrorInvalidValue; });
 }
 
 CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
   FAKECUDA_ENTRY();
   if (p == nullptr || bytes == 0 || (flags & ~kHostRegisterFlags) != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if (space().inArena(a)) return kErrorInvalidValue;  // device memory
     // The driver pins the pages, which fails for addresses that are not mapped.
@@ -116,37 +100,20 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
     if (::msync(reinterpret_cast<void*>(first), roundUp(a + bytes - first, pageSize()), MS_ASYNC) !=
         0)
       return kErrorInvalidValue;
-    auto h = std::make_shared<HostRegion>();
-    h->base = a;
-    h->size = bytes;
-    h->flags = flags;
-    h->ctx = c;
-    h->gen = c->gen.load();
-    h->bufferId = nextBufferId();
-    if (!space().insertHost(std::move(h))) return kErrorHostMemoryAlreadyRegistered;
-    count(kHostRegistrations);
+    if (!addHost(a, bytes, flags, false, c)) return kErrorHostMemoryAlreadyRegistered;
     return kSuccess;
   });
 }
 
 CUresult cuMemHostUnregister(void* p) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    std::shared_ptr<HostRegion> h = space().findHost(a);
-    if (h == nullptr || h->base != a || h->owned) return kErrorHostMemoryNotRegistered;
-    if (space().removeHost(a) == nullptr) return kErrorHostMemoryNotRegistered;
-    count(kHostRegistrations, -1);
-    return kSuccess;
-  });
+  return guarded([&] { return removeHost(p, false) ? kSuccess : kErrorHostMemoryNotRegistered; });
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned flags) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || flags != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     if (space().findHost(reinterpret_cast<uintptr_t>(p)) == nullptr) return kErrorInvalidValue;
     *dptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: the same address
     return kSuccess;

@@ -100,19 +100,12 @@ extern "C" {
 CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   FAKECUDA_ENTRY();
   if (module == nullptr || image == nullptr) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     auto m = std::make_unique<Module>();
     m->ctx = c;
     m->gen = c->gen.load();
     *module = reinterpret_cast<CUmodule>(m.get());
-    {
-      Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      Module* key = m.get();
-      t.modules[key] = std::move(m);
-    }
+    handles().add(&Handles::modules, std::move(m));
     count(kModules);
     return kSuccess;
   });
@@ -124,12 +117,10 @@ CUresult cuModuleUnload(CUmodule module) {
     std::unique_ptr<Module> m;
     {
       Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      auto it = t.modules.find(reinterpret_cast<Module*>(module));
-      if (it == t.modules.end()) return kErrorInvalidHandle;
-      for (auto& f : it->second->functions) t.functions.erase(f.second.get());
-      m = std::move(it->second);
-      t.modules.erase(it);
+      std::lock_guard<std::mutex> lk(t.mu);  // the module and its functions go together
+      m = takeEntry(t.modules, reinterpret_cast<Module*>(module));
+      if (m == nullptr) return kErrorInvalidHandle;
+      for (auto& f : m->functions) t.functions.erase(f.second.get());
     }
     count(kModules, -1);
     return kSuccess;  // launches already enqueued hold their function

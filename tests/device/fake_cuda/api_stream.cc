@@ -30,11 +30,29 @@ bool waitSatisfied(unsigned cmp, uint64_t v, uint64_t value) {
   }
 }
 
-// The stream of a handle for a query that does not need a healthy context (its error is not
-// returned while the stream itself is known).
-CUresult knownStream(CUstream h, std::shared_ptr<Stream>* s) {
-  const CUresult rc = streamOf(h, false, s);
-  return *s != nullptr ? kSuccess : rc;
+// Answers a query about the stream of handle h that does not need a healthy context (its error is
+// not returned while the stream itself is known): *out = answer(stream).
+template <class T, class F>
+CUresult askStream(CUstream h, T* out, F answer) {
+  if (out == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Stream> s;
+    const CUresult rc = streamOf(h, false, &s);
+    if (s == nullptr) return rc;
+    *out = answer(*s);
+    return kSuccess;
+  });
+}
+
+// guarded() for an entry point on an event: body(e) runs with the event of handle h, else
+// CUDA_ERROR_INVALID_HANDLE is returned.
+template <class F>
+CUresult onEvent(CUevent h, F&& body) noexcept {
+  return guarded([&] {
+    std::shared_ptr<Event> e;
+    FAKECUDA_TRY(eventOf(h, &e));
+    return body(e);
+  });
 }
 
 }  // namespace
@@ -44,15 +62,9 @@ extern "C" {
 CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
   FAKECUDA_ENTRY();
   if (stream == nullptr || (flags & ~kStreamNonBlocking) != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     auto s = std::make_shared<Stream>(c, c->gen.load(), flags);
-    {
-      Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      t.streams[s.get()] = s;
-    }
+    handles().add(&Handles::streams, s);
     s->start();
     count(kStreams);
     *stream = reinterpret_cast<CUstream>(s.get());
@@ -63,15 +75,8 @@ CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
 CUresult cuStreamDestroy_v2(CUstream stream) {
   FAKECUDA_ENTRY();
   return guarded([&] {
-    std::shared_ptr<Stream> s;
-    {
-      Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      auto it = t.streams.find(reinterpret_cast<Stream*>(stream));
-      if (it == t.streams.end()) return kErrorInvalidHandle;  // also the NULL stream
-      s = std::move(it->second);
-      t.streams.erase(it);
-    }
+    std::shared_ptr<Stream> s = handles().take(&Handles::streams, stream);
+    if (s == nullptr) return kErrorInvalidHandle;  // also the NULL stream
     s->close();
     count(kStreams, -1);
     return kSuccess;
@@ -80,42 +85,22 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
 
 CUresult cuStreamSynchronize(CUstream stream) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, false, &s));
-    return s->synchronize();
-  });
+  return onStream(stream, false, [&](Stream* s) { return s->synchronize(); });
 }
 
 CUresult cuStreamQuery(CUstream stream) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, false, &s));
-    return s->query();
-  });
+  return onStream(stream, false, [&](Stream* s) { return s->query(); });
 }
 
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
   FAKECUDA_ENTRY();
-  if (ctx == nullptr) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(knownStream(stream, &s));
-    *ctx = s->ctx()->handle();
-    return kSuccess;
-  });
+  return askStream(stream, ctx, [](Stream& s) { return s.ctx()->handle(); });
 }
 
 CUresult cuStreamIsCapturing(CUstream stream, int* status) {
   FAKECUDA_ENTRY();
-  if (status == nullptr) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(knownStream(stream, &s));
-    *status = s->capture.load();
-    return kSuccess;
-  });
+  return askStream(stream, status, [](Stream& s) { return s.capture.load(); });
 }
 
 CUresult cuEventCreate(CUevent* event, unsigned flags) {
@@ -123,18 +108,12 @@ CUresult cuEventCreate(CUevent* event, unsigned flags) {
   if (event == nullptr || (flags & ~kEventFlags) != 0) return kErrorInvalidValue;
   if ((flags & kEventInterprocess) != 0 && (flags & kEventDisableTiming) == 0)
     return kErrorInvalidValue;
-  return guarded([&] {
-    Context* c = nullptr;
-    FAKECUDA_TRY(requireContext(&c));
+  return inContext([&](Context* c) {
     auto e = std::make_shared<Event>();
     e->ctx = c;
     e->gen = c->gen.load();
     e->flags = flags;
-    {
-      Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      t.events[e.get()] = e;
-    }
+    handles().add(&Handles::events, e);
     count(kEvents);
     *event = reinterpret_cast<CUevent>(e.get());
     return kSuccess;
@@ -144,15 +123,8 @@ CUresult cuEventCreate(CUevent* event, unsigned flags) {
 CUresult cuEventDestroy_v2(CUevent event) {
   FAKECUDA_ENTRY();
   return guarded([&] {
-    std::shared_ptr<Event> e;  // records still queued hold it until they ran
-    {
-      Handles& t = handles();
-      std::lock_guard<std::mutex> lk(t.mu);
-      auto it = t.events.find(reinterpret_cast<Event*>(event));
-      if (it == t.events.end()) return kErrorInvalidHandle;
-      e = std::move(it->second);
-      t.events.erase(it);
-    }
+    // Records still queued hold the event until they ran.
+    if (handles().take(&Handles::events, event) == nullptr) return kErrorInvalidHandle;
     count(kEvents, -1);
     return kSuccess;
   });
@@ -160,10 +132,8 @@ CUresult cuEventDestroy_v2(CUevent event) {
 
 CUresult cuEventRecord(CUevent event, CUstream stream) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Event> e;
+  return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(eventOf(event, &e));
     FAKECUDA_TRY(streamOf(stream, true, &s));
     if (e->ctx != s->ctx() || e->gen != s->gen()) return kErrorInvalidHandle;
     if (s->capture.load() != kCaptureStatusNone) return s->enqueue([](Stream&) { return 0; });
@@ -186,9 +156,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
 
 CUresult cuEventQuery(CUevent event) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Event> e;
-    FAKECUDA_TRY(eventOf(event, &e));
+  return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     FAKECUDA_TRY(e->ctx->error());
     std::lock_guard<std::mutex> lk(e->mu);
     return e->completed >= e->recorded ? kSuccess : kErrorNotReady;
@@ -197,9 +165,7 @@ CUresult cuEventQuery(CUevent event) {
 
 CUresult cuEventSynchronize(CUevent event) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Event> e;
-    FAKECUDA_TRY(eventOf(event, &e));
+  return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     std::unique_lock<std::mutex> lk(e->mu);
     const uint64_t target = e->recorded;
     // A failed context drops the record: stop waiting then (its error is the answer).
@@ -214,10 +180,8 @@ CUresult cuEventSynchronize(CUevent event) {
 CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
   FAKECUDA_ENTRY();
   if ((flags & ~1u) != 0) return kErrorInvalidValue;  // CU_EVENT_WAIT_EXTERNAL only
-  return guarded([&] {
-    std::shared_ptr<Event> e;
+  return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(eventOf(event, &e));
     FAKECUDA_TRY(streamOf(stream, true, &s));
     uint64_t target = 0;
     {
@@ -236,9 +200,7 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, true, &s));
+  return onStream(stream, true, [&](Stream* s) {
     if (bytes == 0) return kSuccess;
     const Resolved to = resolve(dst, bytes, true);
     const Resolved from = resolve(src, bytes, false);
@@ -273,9 +235,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream 
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream) {
   FAKECUDA_ENTRY();
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, true, &s));
+  return onStream(stream, true, [&](Stream* s) {
     if (n == 0) return kSuccess;
     if (!deviceReachable(resolve(dst, n, true))) return kErrorInvalidValue;
     return s->enqueue([dst, value, n](Stream&) {
@@ -291,9 +251,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstrea
 CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* userData) {
   FAKECUDA_ENTRY();
   if (fn == nullptr) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, true, &s));
+  return onStream(stream, true, [&](Stream* s) {
     return s->enqueue([fn, userData](Stream&) {
       HostFuncScope scope;  // a host function may not call the driver
       fn(userData);
@@ -308,9 +266,7 @@ CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, uint64_t valu
   if (!state().cfg.memops) return kErrorNotSupported;
   const unsigned cmp = flags & ~kWaitValueFlush;
   if (cmp > 3 || addr % 8 != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, true, &s));
+  return onStream(stream, true, [&](Stream* s) {
     if (!deviceReachable(resolve(addr, 8, false))) return kErrorInvalidValue;
     return s->enqueue([addr, value, cmp](Stream& st) {
       const Resolved w = resolve(addr, 8, false);  // held: the word stays mapped while waited on
@@ -330,9 +286,7 @@ CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, uint64_t val
   FAKECUDA_ENTRY();
   if (!state().cfg.memops) return kErrorNotSupported;
   if ((flags & ~kWriteValueNoMemoryBarrier) != 0 || addr % 8 != 0) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<Stream> s;
-    FAKECUDA_TRY(streamOf(stream, true, &s));
+  return onStream(stream, true, [&](Stream* s) {
     if (!deviceReachable(resolve(addr, 8, true))) return kErrorInvalidValue;
     return s->enqueue([addr, value](Stream&) {
       const Resolved w = resolve(addr, 8, true);

@@ -36,6 +36,28 @@ int memfdDevice(int fd) {
 
 std::atomic<uint64_t> gBufferIds{1};
 
+// The range of `ranges` (by base) whose [base, base + size) holds addr; null when none does. Takes
+// mu shared.
+template <class T>
+std::shared_ptr<T> holding(std::shared_mutex& mu,
+                           const std::map<uintptr_t, std::shared_ptr<T>>& ranges, uintptr_t addr) {
+  std::shared_lock<std::shared_mutex> lk(mu);
+  auto it = ranges.upper_bound(addr);
+  if (it == ranges.begin()) return nullptr;
+  --it;
+  if (addr - it->first >= it->second->size) return nullptr;
+  return it->second;
+}
+
+// Removes the range of `ranges` that starts at base and returns it (null when none does). Takes
+// mu.
+template <class T>
+std::shared_ptr<T> removeRange(std::shared_mutex& mu,
+                               std::map<uintptr_t, std::shared_ptr<T>>& ranges, uintptr_t base) {
+  std::unique_lock<std::shared_mutex> lk(mu);
+  return takeEntry(ranges, base);
+}
+
 }  // namespace
 
 uint64_t nextBufferId() { return gBufferIds.fetch_add(1); }
@@ -93,6 +115,42 @@ Region::~Region() {
   if (shadow != nullptr) ::munmap(shadow, shadowLen);
   if (ownsAddresses && span > 0) space().unreserve(base, span);
 }
+
+bool mapRegion(RegionKind kind, uintptr_t base, size_t span, size_t size,
+               std::shared_ptr<Backing> b, size_t offset, Context* owner) {
+  auto r = std::make_shared<Region>();
+  r->base = base;
+  r->span = span;
+  r->size = size;
+  r->kind = kind;
+  r->ownsAddresses = kind != RegionKind::kVmm;
+  r->shadow = mapShadow(b->fd, span, offset);
+  if (r->shadow == nullptr) return false;
+  r->shadowLen = span;
+  r->device = b->device;
+  r->backing = std::move(b);
+  r->backingOffset = offset;
+  if (owner != nullptr) {
+    r->ctx = owner;
+    r->gen = owner->gen.load();
+  }
+  r->bufferId = nextBufferId();
+  if (kind == RegionKind::kVmm) r->access.store(kAccessNone);
+  space().insert(std::move(r));
+  count(kind == RegionKind::kAlloc ? kAllocations
+        : kind == RegionKind::kIpc ? kIpcMappings
+                                   : kVmmMappings);
+  return true;
+}
+
+HostRegion::HostRegion(uintptr_t at, size_t bytes, unsigned hostFlags, bool allocated, Context* c)
+    : base(at),
+      size(bytes),
+      flags(hostFlags),
+      owned(allocated),
+      ctx(c),
+      gen(c->gen.load()),
+      bufferId(nextBufferId()) {}
 
 HostRegion::~HostRegion() {
   if (owned) ::munmap(reinterpret_cast<void*>(base), roundUp(size, size_t(::getpagesize())));
@@ -172,22 +230,10 @@ void AddressSpace::insert(std::shared_ptr<Region> r) {
   regions_[base] = std::move(r);
 }
 
-std::shared_ptr<Region> AddressSpace::find(uintptr_t addr) {
-  std::shared_lock<std::shared_mutex> lk(mu_);
-  auto it = regions_.upper_bound(addr);
-  if (it == regions_.begin()) return nullptr;
-  --it;
-  if (addr - it->first >= it->second->size) return nullptr;
-  return it->second;
-}
+std::shared_ptr<Region> AddressSpace::find(uintptr_t addr) { return holding(mu_, regions_, addr); }
 
 std::shared_ptr<Region> AddressSpace::remove(uintptr_t base) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  auto it = regions_.find(base);
-  if (it == regions_.end()) return nullptr;
-  std::shared_ptr<Region> r = std::move(it->second);
-  regions_.erase(it);
-  return r;
+  return removeRange(mu_, regions_, base);
 }
 
 std::vector<std::shared_ptr<Region>> AddressSpace::overlapping(uintptr_t addr, size_t bytes) {
@@ -214,43 +260,20 @@ bool AddressSpace::insertHost(std::shared_ptr<HostRegion> r) {
 }
 
 std::shared_ptr<HostRegion> AddressSpace::findHost(uintptr_t addr) {
-  std::shared_lock<std::shared_mutex> lk(mu_);
-  auto it = hosts_.upper_bound(addr);
-  if (it == hosts_.begin()) return nullptr;
-  --it;
-  if (addr - it->first >= it->second->size) return nullptr;
-  return it->second;
+  return holding(mu_, hosts_, addr);
 }
 
 std::shared_ptr<HostRegion> AddressSpace::removeHost(uintptr_t base) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  auto it = hosts_.find(base);
-  if (it == hosts_.end()) return nullptr;
-  std::shared_ptr<HostRegion> r = std::move(it->second);
-  hosts_.erase(it);
-  return r;
+  return removeRange(mu_, hosts_, base);
 }
 
 void AddressSpace::takeContext(Context* c, uint64_t gen,
                                std::vector<std::shared_ptr<Region>>* regions,
                                std::vector<std::shared_ptr<HostRegion>>* hosts) {
+  auto owned = [&](const auto& r) { return r->ctx == c && r->gen == gen; };
   std::unique_lock<std::shared_mutex> lk(mu_);
-  for (auto it = regions_.begin(); it != regions_.end();) {
-    if (it->second->ctx == c && it->second->gen == gen) {
-      regions->push_back(std::move(it->second));
-      it = regions_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = hosts_.begin(); it != hosts_.end();) {
-    if (it->second->ctx == c && it->second->gen == gen) {
-      hosts->push_back(std::move(it->second));
-      it = hosts_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  takeIf(regions_, owned, regions);
+  takeIf(hosts_, owned, hosts);
 }
 
 AddressSpace& space() {

@@ -62,8 +62,19 @@ struct Region {
   std::atomic<int> access{kAccessReadWrite};
 };
 
+// Maps [base, base + size), holding [base, base + span), to backing b from `offset` through a new
+// shadow and adds it to space(), counted: an allocation (kAlloc) or IPC mapping (kIpc) of context
+// owner, whose addresses go back to the arena with it; or a VMM mapping (kVmm, owner null) on
+// addresses of its reservation, without access until cuMemSetAccess. False when the shadow cannot
+// be mapped (then the addresses of an allocation or IPC mapping go back to the arena).
+bool mapRegion(RegionKind kind, uintptr_t base, size_t span, size_t size,
+               std::shared_ptr<Backing> b, size_t offset, Context* owner);
+
 // Host memory the device may use at the same address.
 struct HostRegion {
+  // Host memory [at, at + bytes) of context c, allocated (cuMemHostAlloc) or registered; a new
+  // buffer id.
+  HostRegion(uintptr_t at, size_t bytes, unsigned hostFlags, bool allocated, Context* c);
   ~HostRegion();
   uintptr_t base = 0;
   size_t size = 0;

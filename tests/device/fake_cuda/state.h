@@ -17,6 +17,20 @@
 
 #include "src/device/cuda_driver.h"
 
+// Starts an entry point: the driver's initial checks.
+#define FAKECUDA_ENTRY()                                                \
+  do {                                                                  \
+    const ::fakecuda::CUresult fakecuda_rc_ = ::fakecuda::entryCheck(); \
+    if (fakecuda_rc_ != ::loom::cuda::kSuccess) return fakecuda_rc_;    \
+  } while (0)
+
+// Returns the CUresult of an expression unless it is success.
+#define FAKECUDA_TRY(expr)                                           \
+  do {                                                               \
+    const ::fakecuda::CUresult fakecuda_rc_ = (expr);                \
+    if (fakecuda_rc_ != ::loom::cuda::kSuccess) return fakecuda_rc_; \
+  } while (0)
+
 namespace fakecuda {
 
 using loom::cuda::CUcontext;
@@ -202,6 +216,30 @@ void dropContextIpc(Context* c, uint64_t gen);      // api_ipc.cc
 const char* errorName(CUresult rc);
 const char* errorText(CUresult rc);
 
+// Removes the entry of `key` from `table` (a map), returning its value (empty when there is none).
+template <class Map>
+typename Map::mapped_type takeEntry(Map& table, const typename Map::key_type& key) {
+  auto it = table.find(key);
+  if (it == table.end()) return nullptr;
+  typename Map::mapped_type v = std::move(it->second);
+  table.erase(it);
+  return v;
+}
+
+// Moves the values of `table` (a map) for which owned(value) holds to *out, erasing them: what a
+// destroyed context owned is taken under the table's lock and released outside it.
+template <class Map, class Pred, class Out>
+void takeIf(Map& table, Pred owned, Out* out) {
+  for (auto it = table.begin(); it != table.end();) {
+    if (owned(it->second)) {
+      out->push_back(std::move(it->second));
+      it = table.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 // Runs an entry point's body, turning exceptions into codes (a C entry point never throws).
 template <class F>
 CUresult guarded(F&& body) noexcept {
@@ -214,18 +252,15 @@ CUresult guarded(F&& body) noexcept {
   }
 }
 
+// guarded() for an entry point that needs a current context: body(Context*) runs with it when
+// requireContext() gives one, else its code is returned.
+template <class F>
+CUresult inContext(F&& body) noexcept {
+  return guarded([&] {
+    Context* c = nullptr;
+    FAKECUDA_TRY(requireContext(&c));
+    return body(c);
+  });
+}
+
 }  // namespace fakecuda
-
-// Starts an entry point: the driver's initial checks.
-#define FAKECUDA_ENTRY()                                                \
-  do {                                                                  \
-    const ::fakecuda::CUresult fakecuda_rc_ = ::fakecuda::entryCheck(); \
-    if (fakecuda_rc_ != ::loom::cuda::kSuccess) return fakecuda_rc_;    \
-  } while (0)
-
-// Returns the CUresult of an expression unless it is success.
-#define FAKECUDA_TRY(expr)                                           \
-  do {                                                               \
-    const ::fakecuda::CUresult fakecuda_rc_ = (expr);                \
-    if (fakecuda_rc_ != ::loom::cuda::kSuccess) return fakecuda_rc_; \
-  } while (0)

@@ -152,13 +152,8 @@ CUresult streamOf(CUstream h, bool forEnqueue, std::shared_ptr<Stream>* out) {
     *out = c->nullStream;
     return kSuccess;
   }
-  {
-    Handles& t = handles();
-    std::lock_guard<std::mutex> lk(t.mu);
-    auto it = t.streams.find(reinterpret_cast<Stream*>(h));
-    if (it == t.streams.end()) return kErrorInvalidHandle;
-    *out = it->second;
-  }
+  *out = handles().find(&Handles::streams, h);
+  if (*out == nullptr) return kErrorInvalidHandle;
   Stream& s = **out;
   if (forEnqueue) {
     Context* cur = currentContext();
@@ -169,12 +164,8 @@ CUresult streamOf(CUstream h, bool forEnqueue, std::shared_ptr<Stream>* out) {
 }
 
 CUresult eventOf(void* h, std::shared_ptr<Event>* out) {
-  Handles& t = handles();
-  std::lock_guard<std::mutex> lk(t.mu);
-  auto it = t.events.find(static_cast<Event*>(h));
-  if (it == t.events.end()) return kErrorInvalidHandle;
-  *out = it->second;
-  return kSuccess;
+  *out = handles().find(&Handles::events, h);
+  return *out != nullptr ? kSuccess : kErrorInvalidHandle;
 }
 
 void dropContextStreams(Context* c, uint64_t gen) {
@@ -182,33 +173,15 @@ void dropContextStreams(Context* c, uint64_t gen) {
   std::vector<std::shared_ptr<Event>> events;
   std::vector<std::unique_ptr<Module>> modules;
   {
+    auto owned = [&](const auto& o) { return o->ctx == c && o->gen == gen; };
     Handles& t = handles();
     std::lock_guard<std::mutex> lk(t.mu);
-    for (auto it = t.streams.begin(); it != t.streams.end();) {
-      if (it->second->ctx() == c && it->second->gen() == gen) {
-        streams.push_back(std::move(it->second));
-        it = t.streams.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = t.events.begin(); it != t.events.end();) {
-      if (it->second->ctx == c && it->second->gen == gen) {
-        events.push_back(std::move(it->second));
-        it = t.events.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = t.modules.begin(); it != t.modules.end();) {
-      if (it->second->ctx == c && it->second->gen == gen) {
-        for (auto& f : it->second->functions) t.functions.erase(f.second.get());
-        modules.push_back(std::move(it->second));
-        it = t.modules.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    takeIf(
+        t.streams, [&](const auto& s) { return s->ctx() == c && s->gen() == gen; }, &streams);
+    takeIf(t.events, owned, &events);
+    takeIf(t.modules, owned, &modules);
+    for (auto& m : modules)
+      for (auto& f : m->functions) t.functions.erase(f.second.get());
   }
   for (auto& s : streams) s->close();
   if (c->nullStream != nullptr) {  // the caller holds c->mu

@@ -102,13 +102,35 @@ struct Module {
   std::unordered_map<std::string, std::shared_ptr<Function>> functions;
 };
 
-// Every live stream, event, module and function of the process, by handle.
+// Every live stream, event, module and function of the process, by handle (its address).
 struct Handles {
   std::mutex mu;
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;
   std::unordered_map<Event*, std::shared_ptr<Event>> events;
   std::unordered_map<Module*, std::unique_ptr<Module>> modules;
   std::unordered_map<Function*, std::shared_ptr<Function>> functions;
+
+  // Each takes mu. `table` names one of the tables above (&Handles::streams, ...).
+  // Adds obj; its handle is its address.
+  template <class Map>
+  void add(Map Handles::*table, typename Map::mapped_type obj) {
+    std::lock_guard<std::mutex> lk(mu);
+    const typename Map::key_type key = obj.get();
+    (this->*table)[key] = std::move(obj);
+  }
+  // The object of handle h, shared (null when unknown).
+  template <class Map>
+  typename Map::mapped_type find(Map Handles::*table, void* h) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = (this->*table).find(static_cast<typename Map::key_type>(h));
+    return it == (this->*table).end() ? nullptr : it->second;
+  }
+  // Removes the object of handle h and returns it (null when unknown).
+  template <class Map>
+  typename Map::mapped_type take(Map Handles::*table, void* h) {
+    std::lock_guard<std::mutex> lk(mu);
+    return takeEntry(this->*table, static_cast<typename Map::key_type>(h));
+  }
 };
 Handles& handles();
 
@@ -119,5 +141,16 @@ Handles& handles();
 CUresult streamOf(CUstream h, bool forEnqueue, std::shared_ptr<Stream>* out);
 // The event of a handle (CUDA_ERROR_INVALID_HANDLE when unknown).
 CUresult eventOf(void* h, std::shared_ptr<Event>* out);
+
+// guarded() for an entry point that works on a stream: body(Stream*) runs with the stream of
+// handle h (streamOf) while it holds it, else streamOf's code is returned.
+template <class F>
+CUresult onStream(CUstream h, bool forEnqueue, F&& body) noexcept {
+  return guarded([&] {
+    std::shared_ptr<Stream> s;
+    FAKECUDA_TRY(streamOf(h, forEnqueue, &s));
+    return body(s.get());
+  });
+}
 
 }  // namespace fakecuda
