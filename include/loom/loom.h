@@ -7,22 +7,31 @@
  * peer, where one is involved). Each function's comment says how it blocks and points to these
  * rules, which hold for all of them:
  *
- * Blocking. Calls run on the calling thread; nothing progresses between calls. A call that takes a
- * stream takes only NULL in this release (a non-NULL stream is loomInvalidArgument; the stream is
- * where CUDA device buffers will plug in without a change to this header). Outside a group it
- * returns when this rank's part is complete: its send buffer was read, its receive buffer holds
- * the result, and no peer touches either any more (peers may still be finishing their part).
- * Every wait has the communicator's deadline (loomConfig_t.timeoutMs, else LOOM_TIMEOUT: then
- * loomTimeout) and ends early when a peer fails or on loomCommAbort.
+ * Blocking. With a NULL stream, calls on host memory run on the calling thread (nothing progresses
+ * between calls) and, outside a group, return when this rank's part is complete: its send buffer
+ * was read, its receive buffer holds the result, and no peer touches either any more (peers may
+ * still be finishing their part). Every wait has the communicator's deadline
+ * (loomConfig_t.timeoutMs, else LOOM_TIMEOUT: then loomTimeout) and ends early when a peer fails
+ * or on loomCommAbort.
+ *
+ * CUDA. Where the CUDA driver is present (loaded at run time; LOOM_CUDA_LIB), buffers may be CUDA
+ * device memory (cudaMalloc, cuMemCreate mappings; not managed memory), both buffers of a call on
+ * one device, and one device per communicator. With a NULL stream such a call is done when it
+ * returns, as on host memory. With a stream (a cudaStream_t of that device's primary context,
+ * not being captured into a graph) it is checked, enqueued and returns at once, as with NCCL: it
+ * starts when the stream's work before it is done, and the stream's work after it waits for it;
+ * its failure is then the communicator's (loomCommGetAsyncError). A failed, aborted or destroyed
+ * communicator still lets every waiting stream go. One thread of the communicator runs its device
+ * calls; today device buffers are staged through pinned host memory.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.
  *
  * Buffers. The caller owns every buffer. One passed to a call must stay allocated, a send buffer
  * unmodified and a receive buffer untouched, until the call returns, or, for a call made inside a
- * group, until the outermost loomGroupEnd returns (with CUDA streams, later: until the stream's
- * work completes). Structs and strings passed in (loomConfig_t and its commName, a spec) are read
- * during the call only. Host memory in this release.
+ * group, until the outermost loomGroupEnd returns; on a stream, until the stream's work up to the
+ * call is complete. Structs and strings passed in (loomConfig_t and its commName, a spec) are read
+ * during the call only.
  *
  * Handles. A loomComm_t is the caller's from the call that returns it until loomCommDestroy or
  * loomCommAbort; after either it must not be used again, by any thread.
@@ -102,7 +111,7 @@ typedef enum {
 /* Opaque communicator. */
 typedef struct loomComm* loomComm_t;
 
-/* A cudaStream_t when built with CUDA; NULL for synchronous host calls. */
+/* A cudaStream_t (CUstream), or NULL: done on return (see 'CUDA' above). */
 typedef void* loomStream_t;
 
 #define LOOM_UNIQUE_ID_BYTES 128
@@ -177,8 +186,10 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
  * call. Either way comm is dead: no thread may start a call on it once this is called. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
 /* loomSuccess while healthy; loomAborted once aborted; else the error that broke the
- * communicator. Returns at once; may run on another thread while a call runs on comm (it reads
- * the failure state under a lock), but not once loomCommDestroy or loomCommAbort has begun. */
+ * communicator (a call enqueued on a stream reports its failure here), and then
+ * loomGetLastError() says what happened. Returns at once; may run on another thread while a call
+ * runs on comm (it reads the failure state under a lock), but not once loomCommDestroy or
+ * loomCommAbort has begun. */
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 /* The number of ranks of comm / this rank in it. Both return at once. */
 LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int* count);

@@ -27,6 +27,15 @@ struct PointerInfo {
 // kCudaDevice with its device.
 PointerInfo classify(const void* p);
 
+// Whether host code may read [p, p + bytes): its first and last bytes are in readable mappings of
+// this process (asked of the kernel, process_vm_readv on itself: no fault). What a pointer the
+// driver does not know turns out to be when it is not host memory: a freed device buffer (its
+// addresses stay reserved, unreadable, in CUDA's unified address range) or garbage. True when the
+// kernel cannot answer. About two system calls for a range this thread has not asked about
+// lately (the last 8 ranges found readable are remembered: a loop's buffers cost nothing after
+// the first call); asked only where CUDA is usable.
+bool hostReadable(const void* p, size_t bytes);
+
 // The primary context of a device, retained once per process and never released (as the CUDA
 // runtime does), made current on the calling thread.
 Status useDevice(int device);

@@ -161,7 +161,8 @@ Status checkShape(CollKind coll, size_t count, size_t es, int root, int n) {
 // Device memory and CUDA streams (src/runtime/device_runner.h): the CUDA device the call runs on
 // (*device = -1: host memory and no stream, the host path). Every question to the driver is asked
 // only where a driver is loaded and sees a GPU.
-Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, int* device) {
+Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, QueuedOp* q) {
+  int* device = &q->device;
   *device = -1;
   const bool cuda = device::cudaUsable();
   if (!cuda) {
@@ -178,6 +179,20 @@ Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, int* device) {
   device::PointerInfo in, out;
   if (usesIn) in = device::classify(a.sendbuff);
   if (usesOut) out = device::classify(a.recvbuff);
+  // A pointer the driver does not know is host memory, unless the host cannot read it: a freed
+  // device buffer, whose addresses CUDA keeps reserved, would fault on the host path.
+  const CollCounts counts = collCounts(a.coll, a.count, c->nranks());
+  const size_t es = dataTypeSize(a.dtype);
+  for (const auto* p : {&in, &out}) {
+    const bool isIn = p == &in;
+    if (!(isIn ? usesIn : usesOut) || p->kind != MemKind::kHost) continue;
+    const void* ptr = isIn ? a.sendbuff : a.recvbuff;
+    if (!device::hostReadable(ptr, (isIn ? counts.input : counts.output) * es))
+      return LOOM_ERROR(kInvalidArgument,
+                        "{} {} is neither CUDA memory the driver knows nor host memory this "
+                        "process can read: a freed device buffer?",
+                        isIn ? "sendbuff" : "recvbuff", ptr);
+  }
   for (const auto* p : {&in, &out})
     if (p->managed)
       return LOOM_ERROR(kInvalidArgument,
@@ -232,6 +247,8 @@ Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, int* device) {
                       "buffers or stream are on device {} (one device per communicator, as NCCL)",
                       c->runner()->device(), dev);
   *device = dev;
+  q->inDevice = usesIn && in.kind == MemKind::kCudaDevice;
+  q->outDevice = usesOut && out.kind == MemKind::kCudaDevice;
   return Status();
 }
 
@@ -298,23 +315,16 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
                         "sendbuff and recvbuff overlap without being in place as {} defines it",
                         collName(a.coll));
   }
-  int device = -1;
-  LOOM_TRY(checkDevice(c, a, stream, &device));
-  if (tGroup.depth > 0) {
-    QueuedOp q;
-    q.comm = c;
-    q.args = a;
-    q.stream = stream;
-    q.device = device;
-    tGroup.ops.push_back(std::move(q));
-    return Status();
-  }
-  if (device < 0 && !c->runner()) return runCall(c, a);
   QueuedOp q;
+  LOOM_TRY(checkDevice(c, a, stream, &q));
   q.comm = c;
   q.args = a;
   q.stream = stream;
-  q.device = device;
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back(std::move(q));
+    return Status();
+  }
+  if (q.device < 0 && !c->runner()) return runCall(c, a);
   return runOnDevice(c, {std::move(q)});
 }
 
@@ -676,6 +686,8 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
     if (!asyncError) return LOOM_ERROR(kInvalidArgument, "asyncError is NULL");
     Status st = comm->impl->asyncError();
     *asyncError = comm->impl->aborted() && st.isOk() ? loomAborted : st.result();
+    // What broke it, for loomGetLastError (the call itself succeeded).
+    if (!st.isOk()) tLastError = fmt::format("loomCommGetAsyncError: {}", st.message());
     return Status();
   });
 }

@@ -24,15 +24,44 @@ struct Copy {
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
+// Signals of destroyed runners whose streams had not passed their last call when the runner went:
+// each freed once the event recorded after its last handoff has completed (or can no longer: a
+// faulted context drops its streams' work).
+struct Retired {
+  std::unique_ptr<device::StreamSignal> signal;
+  cuda::CUevent passed;
+};
+std::mutex gRetiredMu;
+std::vector<Retired>& retired() {
+  static auto* r = new std::vector<Retired>();  // never destroyed: streams may outlive main
+  return *r;
+}
+
+// Frees the retired signals no stream reads any more.
+void reapRetired() {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  std::lock_guard<std::mutex> lk(gRetiredMu);
+  auto& r = retired();
+  r.erase(std::remove_if(r.begin(), r.end(),
+                         [&](Retired& x) {
+                           if (api.cuEventQuery(x.passed) == cuda::kErrorNotReady) return false;
+                           api.cuEventDestroy(x.passed);
+                           return true;
+                         }),
+          r.end());
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int device) {
   std::unique_ptr<DeviceRunner> r(new DeviceRunner(comm, device));
   LOOM_TRY(device::useDevice(device));
+  reapRetired();
   LOOM_ASSIGN(device::StreamSignal * s, device::StreamSignal::create());
   r->signal_.reset(s);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   LOOM_CU(api.cuStreamCreate(&r->stream_, cuda::kStreamNonBlocking));
+  LOOM_CU(api.cuEventCreate(&r->passed_, cuda::kEventDisableTiming));
   r->thread_ = std::thread([p = r.get()] { p->loop(); });
   LOOM_INFO(kSubInit,
             "rank {}: device calls on CUDA device {}, staged through pinned host memory; streams "
@@ -55,6 +84,20 @@ DeviceRunner::~DeviceRunner() {
     api.cuStreamDestroy(stream_);
   }
   if (pinned_) api.cuMemFreeHost(pinned_);
+  if (passed_) {
+    if (signal_ && api.cuEventQuery(passed_) == cuda::kErrorNotReady) {
+      LOOM_INFO(kSubInit,
+                "rank {}: a stream has not yet reached its last call; its signal is freed when "
+                "it has",
+                comm_->rank());
+      std::lock_guard<std::mutex> lk(gRetiredMu);
+      retired().push_back({std::move(signal_), passed_});
+    } else {
+      api.cuEventDestroy(passed_);
+    }
+  }
+  signal_.reset();
+  reapRetired();
 }
 
 Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<QueuedOp> calls,
@@ -81,6 +124,7 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
     }
     job->seq = ++nextSeq_;
     LOOM_TRY(signal_->enqueue(lead, job->seq));
+    LOOM_CU(api.cuEventRecord(passed_, lead));
     for (size_t i = 1; i < job->streams.size(); ++i) {
       cuda::CUevent ev = nullptr;
       LOOM_TRY(event(&ev));
@@ -134,14 +178,26 @@ void DeviceRunner::loop() {
       }
     }
     // The stream's own work before the call: no deadline (it may be long), but an abort, a
-    // failure or destruction ends the wait.
+    // failure or destruction ends the wait, and so does a stream that can no longer get here (its
+    // context faulted: the driver dropped its work).
     Status st = ctx;
     if (st.isOk() && job->seq) {
       int64_t napUs = 1;
+      const cuda::DriverApi& api = cuda::cudaDriver().api;
       while (!signal_->isReady(job->seq)) {
         if (comm_->aborted()) {
           st = LOOM_ERROR(kAborted, "communicator aborted (loomCommAbort)");
           break;
+        }
+        if (napUs >= 1000) {
+          const cuda::CUresult q = api.cuStreamQuery(job->streams[0]);
+          if (q != cuda::kErrorNotReady && !signal_->isReady(job->seq)) {
+            st = q != cuda::kSuccess
+                     ? cuda::cudaError(q, "cuStreamQuery")
+                           .withContext("the stream failed before it reached the call")
+                     : LOOM_ERROR(kInternal, "the stream completed without reaching the call");
+            break;
+          }
         }
         {
           std::lock_guard<std::mutex> lk(mu_);
@@ -202,10 +258,7 @@ Status DeviceRunner::run(Job& job) {
     StagePlan& p = plans[i];
     const size_t es = dataTypeSize(a.dtype);
     const CollCounts c = collCounts(a.coll, a.count, n);
-    const bool usesIn = a.sendbuff && collUsesInput(a.coll, me, a.root, a.isSend);
-    const bool usesOut = a.recvbuff && collUsesOutput(a.coll, me, a.root, a.isSend);
-    const bool inDev = usesIn && device::classify(a.sendbuff).kind == MemKind::kCudaDevice;
-    const bool outDev = usesOut && device::classify(a.recvbuff).kind == MemKind::kCudaDevice;
+    const bool inDev = job.calls[i].inDevice, outDev = job.calls[i].outDevice;
     if (a.inPlace && (inDev || outDev)) {
       // The larger buffer holds the other (ReduceScatter: the input; else the output).
       p.whole = true;
@@ -265,17 +318,27 @@ Status DeviceRunner::run(Job& job) {
       h.recvbuff = host + p.outOff;
     }
   }
-  for (const Copy& c : ins)
-    if (c.bytes)
-      LOOM_CU(api.cuMemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(c.host), c.device, c.bytes,
-                                stream_));
-  if (!ins.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
+  // A copy the driver refuses names the buffer: a device buffer freed after an enqueued call was
+  // made and before the stream reached it is the usual cause.
+  auto copies = [&](const std::vector<Copy>& list, bool toHost) -> Status {
+    for (const Copy& c : list) {
+      if (!c.bytes) continue;
+      const auto pinned = reinterpret_cast<cuda::CUdeviceptr>(c.host);
+      const cuda::CUresult rc = toHost ? api.cuMemcpyAsync(pinned, c.device, c.bytes, stream_)
+                                       : api.cuMemcpyAsync(c.device, pinned, c.bytes, stream_);
+      if (rc != cuda::kSuccess)
+        return cuda::cudaError(rc, "cuMemcpyAsync")
+            .withContext(fmt::format(
+                "rank {}: staging device buffer {:#x} ({} bytes) {} the host{}", me, c.device,
+                c.bytes, toHost ? "to" : "from",
+                rc == cuda::kErrorInvalidValue ? " (was it freed before the call ran?)" : ""));
+    }
+    if (!list.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
+    return Status();
+  };
+  LOOM_TRY(copies(ins, true));
   LOOM_TRY(runCalls(hostCalls));
-  for (const Copy& c : outs)
-    if (c.bytes)
-      LOOM_CU(api.cuMemcpyAsync(c.device, reinterpret_cast<cuda::CUdeviceptr>(c.host), c.bytes,
-                                stream_));
-  if (!outs.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
+  LOOM_TRY(copies(outs, false));
   return Status();
 }
 

@@ -41,7 +41,9 @@ class DeviceRunner {
   // The runner of comm on CUDA device `device` (its primary context), with its thread started.
   static Result<std::unique_ptr<DeviceRunner>> create(Comm* comm, int device);
   // Stops the thread: calls still pending fail with the communicator's error (or "destroyed with
-  // calls pending") and their streams are released.
+  // calls pending") and their streams are released. A stream that has not yet reached its last
+  // call (the user's own work before it is still running) reads the signal's words later: they
+  // are kept, and freed by a later runner's creation or destruction once the stream is past them.
   ~DeviceRunner();
   DeviceRunner(const DeviceRunner&) = delete;
   DeviceRunner& operator=(const DeviceRunner&) = delete;
@@ -85,6 +87,9 @@ class DeviceRunner {
   Comm* comm_;
   int device_;
   std::unique_ptr<device::StreamSignal> signal_;
+  // Recorded on the lead stream after each job's handoff: once it completes, no stream reads the
+  // signal's words any more (they outlive the runner until then: see ~DeviceRunner).
+  cuda::CUevent passed_ = nullptr;
   cuda::CUstream stream_ = nullptr;  // Loom's own stream for the staging copies
   char* pinned_ = nullptr;
   size_t pinnedBytes_ = 0;

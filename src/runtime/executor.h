@@ -88,6 +88,10 @@ struct QueuedOp {
   std::string algorithm;
   void* stream = nullptr;  // the user's CUDA stream (null: done on return)
   int device = -1;         // the CUDA device of its buffers (-1: host memory)
+  // Which of its buffers are CUDA device memory, as found when the call was made (a buffer freed
+  // before an enqueued call runs then faults on the device, as with NCCL, instead of being read
+  // by the host).
+  bool inDevice = false, outDevice = false;
 };
 
 // Runs the ops to completion (or failure, abort, or LOOM_TIMEOUT without progress). On failure the

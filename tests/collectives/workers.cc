@@ -354,6 +354,8 @@ int workerMain() {
     }
   } else if (mode == "mixedalloc") {
     rc = mixedAllocMode(comm, rank, n);
+  } else if (mode.rfind("dev", 0) == 0) {
+    rc = deviceWorker(mode, comm, rank, n);
   } else {
     fprintf(stderr, "unknown worker mode %s\n", mode.c_str());
     rc = 12;

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "loom/loom.h"
+
 namespace loomtest {
 
 struct WorkerResult {
@@ -23,5 +25,8 @@ WorkerResult runWorkers(int n, const std::string& mode,
 
 // Entry point of a worker process.
 int workerMain();
+
+// The worker modes that start with "dev": calls on CUDA device memory (device_calls_test.cc).
+int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n);
 
 }  // namespace loomtest

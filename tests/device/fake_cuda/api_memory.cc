@@ -20,9 +20,12 @@ void put(void* data, T v) {
 }
 
 // Makes [base, base + bytes) host memory the device knows, of context c: allocated (owned) or
-// registered. False when it meets host memory the device knows already.
-bool addHost(uintptr_t base, size_t bytes, unsigned flags, bool owned, Context* c) {
-  if (!space().insertHost(std::make_shared<HostRegion>(base, bytes, flags, owned, c))) return false;
+// registered, or managed (owned). False when it meets host memory the device knows already.
+bool addHost(uintptr_t base, size_t bytes, unsigned flags, bool owned, Context* c,
+             bool managed = false) {
+  auto h = std::make_shared<HostRegion>(base, bytes, flags, owned, c);
+  h->managed = managed;
+  if (!space().insertHost(std::move(h))) return false;
   count(owned ? kHostAllocations : kHostRegistrations);
   return true;
 }
@@ -62,7 +65,13 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
   return inContext([&](Context* c) {
     if (dptr == 0) return kSuccess;
-    std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
+    if (!space().inArena(dptr)) {  // managed memory, else not the driver's
+      std::shared_ptr<HostRegion> h = space().findHost(dptr);
+      if (h == nullptr || !h->managed) return kErrorInvalidValue;
+      void* p = reinterpret_cast<void*>(dptr);
+      return removeHost(p, true) ? kSuccess : kErrorInvalidValue;
+    }
+    std::shared_ptr<Region> r = space().find(dptr);
     if (r == nullptr || r->base != dptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;
     if (space().remove(dptr) == nullptr) return kErrorInvalidValue;  // freed meanwhile
     count(kAllocations, -1);
@@ -84,9 +93,29 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
   });
 }
 
+// Managed memory is host memory here (the host may read it, as on a real system), that the
+// driver reports as managed device memory of the current context's device; cuMemFree frees it.
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (dptr == nullptr || bytes == 0 || (flags != kMemAttachGlobal && flags != kMemAttachHost))
+    return kErrorInvalidValue;
+  return inContext([&](Context* c) {
+    void* p = ::mmap(nullptr, roundUp(bytes, pageSize()), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return kErrorOutOfMemory;
+    if (!addHost(reinterpret_cast<uintptr_t>(p), bytes, 0, true, c, true)) return kErrorUnknown;
+    *dptr = reinterpret_cast<CUdeviceptr>(p);
+    return kSuccess;
+  });
+}
+
 CUresult cuMemFreeHost(void* p) {
   FAKECUDA_ENTRY();
-  return guarded([&] { return removeHost(p, true) ? kSuccess : kErrorInvalidValue; });
+  return guarded([&] {
+    std::shared_ptr<HostRegion> h = space().findHost(reinterpret_cast<uintptr_t>(p));
+    if (h != nullptr && h->managed) return kErrorInvalidValue;  // cuMemFree's
+    return removeHost(p, true) ? kSuccess : kErrorInvalidValue;
+  });
 }
 
 CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
@@ -146,7 +175,7 @@ CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
         put(data, ctx->handle());
         return kSuccess;
       case kPointerAttrMemoryType:
-        put(data, r ? kMemoryTypeDevice : kMemoryTypeHost);
+        put(data, r || h->managed ? kMemoryTypeDevice : kMemoryTypeHost);
         return kSuccess;
       case kPointerAttrDevicePointer:
         put(data, CUdeviceptr(ptr));
@@ -159,7 +188,7 @@ CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
         put(data, static_cast<unsigned long long>(r ? r->bufferId : h->bufferId));  // NOLINT
         return kSuccess;
       case kPointerAttrIsManaged:
-        put(data, 0u);
+        put(data, h && h->managed ? 1u : 0u);
         return kSuccess;
       case kPointerAttrDeviceOrdinal:
         put(data, r ? r->device : ctx->dev->ordinal);

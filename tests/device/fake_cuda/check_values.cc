@@ -20,6 +20,8 @@ static_assert(kPointerAttrBufferId == CU_POINTER_ATTRIBUTE_BUFFER_ID, "cuda.h");
 static_assert(kPointerAttrIsLegacyIpcCapable == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
               "cuda.h");
 static_assert(kPointerAttrMapped == CU_POINTER_ATTRIBUTE_MAPPED, "cuda.h");
+static_assert(kMemAttachGlobal == CU_MEM_ATTACH_GLOBAL && kMemAttachHost == CU_MEM_ATTACH_HOST,
+              "cuda.h");
 static_assert(kPointerAttrMappingSize == CU_POINTER_ATTRIBUTE_MAPPING_SIZE, "cuda.h");
 static_assert(kPointerAttrMappingBase == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, "cuda.h");
 static_assert(kHostAllocFlags == (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |

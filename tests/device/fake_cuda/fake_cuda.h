@@ -40,6 +40,9 @@
 // - Host memory: cuMemHostAlloc and cuMemHostRegister memory is host memory whose device pointer is
 //   its own address (unified addressing). cuPointerGetAttribute answers for device, host-allocated
 //   and registered memory, and is CUDA_ERROR_INVALID_VALUE for any other pointer.
+// - Managed memory (cuMemAllocManaged, freed by cuMemFree): host memory the host may read, that
+//   pointer queries call managed device memory (MEMORY_TYPE device, IS_MANAGED 1) of the current
+//   context's device. Streams do not migrate it; Loom refuses it.
 // - Streams run asynchronously, each an ordered queue with its own worker thread: copies (any
 //   direction; pageable host memory is read when the call is made and written before the call
 //   returns, as the driver may do), memset, kernels, event records and waits, 64-bit wait/write

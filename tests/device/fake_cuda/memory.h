@@ -79,7 +79,8 @@ struct HostRegion {
   uintptr_t base = 0;
   size_t size = 0;
   unsigned flags = 0;
-  bool owned = false;  // cuMemHostAlloc (unmapped when destroyed) or registered
+  bool owned = false;    // cuMemHostAlloc (unmapped when destroyed) or registered
+  bool managed = false;  // cuMemAllocManaged (owned): CUDA calls it device memory
   Context* ctx = nullptr;
   uint64_t gen = 0;
   uint64_t bufferId = 0;

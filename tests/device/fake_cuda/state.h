@@ -60,6 +60,8 @@ constexpr unsigned kHostRegisterFlags = 0xf;  // CU_MEMHOSTREGISTER_PORTABLE | .
 constexpr unsigned kEventFlags = 0x7;  // CU_EVENT_BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
 constexpr unsigned kEventInterprocess = 0x4;        // CU_EVENT_INTERPROCESS
 constexpr unsigned kWaitValueFlush = 1u << 30;      // CU_STREAM_WAIT_VALUE_FLUSH
+constexpr unsigned kMemAttachGlobal = 0x1;          // CU_MEM_ATTACH_GLOBAL
+constexpr unsigned kMemAttachHost = 0x2;            // CU_MEM_ATTACH_HOST
 constexpr unsigned kWriteValueNoMemoryBarrier = 1;  // CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
 constexpr int kMemHandleTypeFabric = 8;             // CU_MEM_HANDLE_TYPE_FABRIC
 

@@ -1,0 +1,512 @@
+// Calls on CUDA device memory and CUDA streams, beyond the collective matrix (which runs on device
+// buffers in the collectives_device* variants): bad input refused with its reason, a stream's
+// order (the call starts when the stream reaches it and the work after it waits for it), groups on
+// several streams, and what happens to a waiting stream when the communicator is destroyed,
+// aborted, loses a rank or its device faults: the stream is always released.
+//
+// They need a CUDA driver: ctest runs them as collectives_device_calls (and _nomemops, without
+// stream memory operations) with LOOM_CUDA_LIB naming the emulated device (tests/device/fake_cuda)
+// and two devices. On a real GPU they run as they are (tools/gpu_check.sh), except the cases that
+// need the emulator's controls, which skip saying so.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/loom.h"
+#include "src/device/cuda_driver.h"
+#include "src/device/device_memory.h"
+#include "src/device/kernels.h"
+#include "tests/collectives/harness.h"
+#include "tests/collectives/workers.h"
+
+namespace loomtest {
+namespace {
+
+namespace cuda = loom::cuda;
+using cuda::CUdeviceptr;
+using cuda::CUstream;
+
+const cuda::DriverApi& api() { return cuda::cudaDriver().api; }
+
+#define SKIP_WITHOUT_CUDA()                                                                    \
+  if (!loom::device::cudaUsable())                                                             \
+  GTEST_SKIP() << "needs a CUDA driver (" << cuda::cudaDriver().status.message()               \
+               << "): ctest runs these as collectives_device_calls with LOOM_CUDA_LIB naming " \
+                  "the emulated device"
+
+// A symbol of the loaded driver library that Loom's table does not hold (cuMemAllocManaged) or
+// of the emulated device's controls; null when it has none.
+void* driverSymbol(const char* name) {
+  void* h = dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  return h ? dlsym(h, name) : nullptr;
+}
+long long fakeCount(const char* what) {
+  auto f = reinterpret_cast<long long (*)(const char*)>(driverSymbol("loomtest_fakecuda_count"));
+  return f ? f(what) : -1;
+}
+
+// Device memory of `device` (its primary context made current), freed on destruction.
+struct DevBuf {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  DevBuf(size_t n, int device = 0) : bytes(n) {
+    if (loom::device::useDevice(device).isOk()) api().cuMemAlloc(&p, n);
+    (void)loom::device::useDevice(0);
+  }
+  ~DevBuf() {
+    if (p) api().cuMemFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void* ptr() const { return reinterpret_cast<void*>(p); }
+  bool ok() const { return p != 0; }
+  // Copies floats in, or out (on the NULL stream, synchronized).
+  bool put(const std::vector<float>& v) {
+    return api().cuMemcpyAsync(p, reinterpret_cast<CUdeviceptr>(v.data()), v.size() * 4, nullptr) ==
+               0 &&
+           api().cuStreamSynchronize(nullptr) == 0;
+  }
+  std::vector<float> get(size_t count, CUstream s = nullptr) const {
+    std::vector<float> v(count, -1.0f);
+    if (api().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(v.data()), p, count * 4, s) != 0 ||
+        api().cuStreamSynchronize(s) != 0)
+      v.assign(count, -2.0f);
+    return v;
+  }
+};
+
+// A non-blocking stream of `device`, destroyed with this.
+struct Stream {
+  CUstream s = nullptr;
+  explicit Stream(int device = 0) {
+    if (loom::device::useDevice(device).isOk()) api().cuStreamCreate(&s, cuda::kStreamNonBlocking);
+    (void)loom::device::useDevice(0);
+  }
+  ~Stream() {
+    if (s) api().cuStreamDestroy(s);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// Holds a stream at a point until opened (a host function that waits; at most 60 s, so that a
+// broken test cannot hang the stream for good). reached: the stream got there.
+struct Gate {
+  std::atomic<bool> reached{false}, open{false};
+  static void hold(void* p) {
+    auto* g = static_cast<Gate*>(p);
+    g->reached = true;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!g->open && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bool close(CUstream s) { return api().cuLaunchHostFunc(s, &Gate::hold, this) == 0; }
+};
+
+// The call's result and loomGetLastError, as one line.
+std::string outcome(loomResult_t r) {
+  return std::string(loomGetErrorString(r)) + ": " + (r == loomSuccess ? "" : loomGetLastError());
+}
+
+TEST(DeviceCalls, BadDeviceInputIsRefusedWithItsReason) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 1024;
+  DevBuf a(n * 4), b(n * 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> host(n, 1.0f);
+  auto refused = [&](loomResult_t r, loomResult_t code, const char* words) {
+    const std::string msg = r == loomSuccess ? "" : loomGetLastError();
+    EXPECT_EQ(r, code) << msg;
+    EXPECT_NE(msg.find(words), std::string::npos) << msg;
+  };
+
+  // Host memory where device memory is required, and the reverse.
+  refused(loomAllReduce(host.data(), b.ptr(), n, loomFloat32, loomSum, comm, nullptr),
+          loomInvalidArgument, "both must be CUDA device memory or both host memory");
+  refused(loomAllReduce(a.ptr(), host.data(), n, loomFloat32, loomSum, comm, nullptr),
+          loomInvalidArgument, "both must be CUDA device memory or both host memory");
+
+  // A freed device buffer: CUDA forgets it, and the host cannot read it.
+  {
+    CUdeviceptr freed = 0;
+    ASSERT_EQ(api().cuMemAlloc(&freed, n * 4), 0);
+    ASSERT_EQ(api().cuMemFree(freed), 0);
+    refused(loomAllReduce(reinterpret_cast<void*>(freed), reinterpret_cast<void*>(freed), n,
+                          loomFloat32, loomSum, comm, nullptr),
+            loomInvalidArgument, "a freed device buffer?");
+  }
+
+  // Managed memory.
+  using AllocManaged = cuda::CUresult (*)(CUdeviceptr*, size_t, unsigned);
+  if (auto allocManaged = reinterpret_cast<AllocManaged>(driverSymbol("cuMemAllocManaged"))) {
+    CUdeviceptr m = 0;
+    ASSERT_EQ(allocManaged(&m, n * 4, 1 /* CU_MEM_ATTACH_GLOBAL */), 0);
+    refused(
+        loomAllReduce(reinterpret_cast<void*>(m), b.ptr(), n, loomFloat32, loomSum, comm, nullptr),
+        loomInvalidArgument, "managed memory");
+    api().cuMemFree(m);
+  } else {
+    ADD_FAILURE() << "the driver library has no cuMemAllocManaged";
+  }
+
+  // A stream being captured into a CUDA graph.
+  using SetCapturing = int (*)(void*, int);
+  Stream s;
+  ASSERT_NE(s.s, nullptr);
+  if (auto capture =
+          reinterpret_cast<SetCapturing>(driverSymbol("loomtest_fakecuda_set_capturing"))) {
+    ASSERT_EQ(capture(s.s, 1), 0);
+    refused(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s.s), loomInvalidUsage,
+            "captured into a CUDA graph");
+    ASSERT_EQ(capture(s.s, 0), 0);
+  }
+
+  // A stream that is no stream any more (the emulator only: the real driver may crash on it).
+  if (driverSymbol("loomtest_fakecuda_count")) {
+    CUstream gone = nullptr;
+    ASSERT_EQ(api().cuStreamCreate(&gone, cuda::kStreamNonBlocking), 0);
+    ASSERT_EQ(api().cuStreamDestroy(gone), 0);
+    refused(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, gone),
+            loomInvalidArgument, "is not a CUDA stream of a live context");
+  }
+
+  // Two devices: buffers of both in one call, a stream of the other device, and a call on the
+  // other device once the communicator runs its device calls on device 0.
+  if (cuda::cudaDriver().devices >= 2) {
+    DevBuf other(n * 4, 1);
+    Stream otherStream(1);
+    ASSERT_TRUE(other.ok() && otherStream.s);
+    refused(loomAllReduce(a.ptr(), other.ptr(), n, loomFloat32, loomSum, comm, nullptr),
+            loomInvalidArgument, "one device per call");
+    refused(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, otherStream.s),
+            loomInvalidArgument, "the stream belongs to CUDA device 1 and the buffers to device 0");
+    ASSERT_TRUE(a.put(host));
+    ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, nullptr), loomSuccess)
+        << loomGetLastError();
+    DevBuf other2(n * 4, 1);
+    refused(loomAllReduce(other.ptr(), other2.ptr(), n, loomFloat32, loomSum, comm, nullptr),
+            loomInvalidArgument, "one device per communicator");
+  } else {
+    std::printf("(the cases of two devices need two; this driver has %d)\n",
+                cuda::cudaDriver().devices);
+  }
+
+  // None of it broke the communicator: a good call still gives the right answer.
+  ASSERT_TRUE(a.put(host));
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s.s), loomSuccess)
+      << loomGetLastError();
+  EXPECT_EQ(b.get(n, s.s), host);
+  loomResult_t async = loomInternalError;
+  EXPECT_EQ(loomCommGetAsyncError(comm, &async), loomSuccess);
+  EXPECT_EQ(async, loomSuccess);
+}
+
+// One rank of StreamCallStartsWhenTheStreamReachesIt...: see there.
+std::string heldStreamCall(int rank, loomComm_t comm, int nranks, size_t n, Gate* gate,
+                           std::atomic<bool>* enqueued, const std::atomic<bool>* checkedBefore) {
+  struct Mark {  // however this ends, the others may go on and the stream is let go
+    std::atomic<bool>* flag;
+    Gate* gate;
+    ~Mark() {
+      *flag = true;
+      gate->open = true;
+    }
+  } mark{enqueued, gate};
+  if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
+  DevBuf in(n * 4), out(n * 4);
+  Stream s, probe;
+  void* pinned = nullptr;
+  if (!in.ok() || !out.ok() || !s.s || !probe.s ||
+      api().cuMemHostAlloc(&pinned, n * 4, cuda::kMemHostAllocPortable) != 0)
+    return "setup failed";
+  std::unique_ptr<void, void (*)(void*)> freePinned(pinned,
+                                                    [](void* p) { api().cuMemFreeHost(p); });
+  std::vector<float> mine(n, static_cast<float>(rank + 1)), poison(n, -7.0f);
+  if (!in.put(mine) || !out.put(poison)) return "upload failed";
+  auto* after = static_cast<float*>(pinned);
+  std::fill(after, after + n, -9.0f);
+  std::string e;
+  if (!gate->close(s.s)) e = "cuLaunchHostFunc failed";
+  loomResult_t r = loomAllReduce(in.ptr(), out.ptr(), n, loomFloat32, loomSum, comm, s.s);
+  if (e.empty() && r != loomSuccess) e = "enqueue: " + outcome(r);
+  if (e.empty() &&
+      api().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(after), out.p, n * 4, s.s) != 0)
+    e = "the copy after the call failed to enqueue";
+  *enqueued = true;
+  // While the gate holds the stream: the call has not run and the copy after it has not either.
+  while (!*checkedBefore) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (e.empty() && out.get(n, probe.s) != poison)
+    e = "the output changed while the stream was held before the call";
+  if (e.empty() && after[0] != -9.0f) e = "the copy after the call ran before it";
+  gate->open = true;
+  if (api().cuStreamSynchronize(s.s) != 0 && e.empty()) e = "cuStreamSynchronize failed";
+  const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+  if (e.empty() && !std::all_of(after, after + n, [&](float x) { return x == want; }))
+    e = "the copy after the call saw " + std::to_string(after[0]) + ", expected " +
+        std::to_string(want);
+  loomResult_t async = loomSuccess;
+  loomCommGetAsyncError(comm, &async);
+  if (e.empty() && async != loomSuccess) e = "async error: " + outcome(async);
+  return e;
+}
+
+// Each rank holds its stream with a gate, enqueues an AllReduce and a copy of its output after
+// it: the call returns at once, nothing runs until the gate opens, then the copy after the call
+// sees the sums.
+TEST(DeviceCalls, StreamCallStartsWhenTheStreamReachesItAndTheWorkAfterWaits) {
+  SKIP_WITHOUT_CUDA();
+  const int nranks = 2;
+  ThreadRanks tr(nranks);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t n = 4096;
+  std::vector<Gate> gates(nranks);
+  std::vector<std::atomic<bool>> enqueued(nranks);
+  std::atomic<bool> checkedBefore{false};
+  // Once every rank has enqueued (so every call returned while its stream was held), the ranks
+  // look, after giving the runners time to (wrongly) run.
+  std::thread coordinator([&] {
+    for (int r = 0; r < nranks; ++r)
+      while (!enqueued[r]) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    checkedBefore = true;
+  });
+  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    std::string e =
+        heldStreamCall(rank, comm, nranks, n, &gates[rank], &enqueued[rank], &checkedBefore);
+    return e.empty() ? "" : "rank " + std::to_string(rank) + ": " + e;
+  });
+  coordinator.join();
+  EXPECT_EQ(err, "");
+}
+
+// A group of two calls on two streams of one communicator: both streams reach the group before
+// it runs, and the work after it on either stream waits for both calls.
+TEST(DeviceCalls, GroupOnTwoStreamsHoldsBothAndReleasesBoth) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 2048;
+  DevBuf a(n * 4), b(n * 4), c(n * 4), d(n * 4);
+  Stream s1, s2;
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok() && s1.s && s2.s);
+  std::vector<float> va(n, 3.0f), vc(n, 5.0f), poison(n, -1.0f);
+  ASSERT_TRUE(a.put(va) && c.put(vc) && b.put(poison) && d.put(poison));
+  Gate gate;
+  std::atomic<bool> afterOn2{false};
+  ASSERT_TRUE(gate.close(s1.s));  // only s1 is held
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s), loomSuccess);
+  ASSERT_EQ(loomBroadcast(c.ptr(), d.ptr(), n, loomFloat32, 0, comm, s2.s), loomSuccess);
+  ASSERT_EQ(loomGroupEnd(), loomSuccess) << loomGetLastError();
+  ASSERT_EQ(api().cuLaunchHostFunc(
+                s2.s, [](void* p) { static_cast<std::atomic<bool>*>(p)->store(true); }, &afterOn2),
+            0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(afterOn2) << "work after the group on s2 ran while s1 had not reached the group";
+  Stream probe;
+  EXPECT_EQ(d.get(n, probe.s), poison) << "the group ran before s1 reached it";
+  gate.open = true;
+  ASSERT_EQ(api().cuStreamSynchronize(s2.s), 0);
+  ASSERT_EQ(api().cuStreamSynchronize(s1.s), 0);
+  EXPECT_TRUE(afterOn2);
+  EXPECT_EQ(b.get(n), va);
+  EXPECT_EQ(d.get(n), vc);
+  // A group that mixes a stream and no stream on one communicator is refused.
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s), loomSuccess);
+  ASSERT_EQ(loomAllReduce(c.ptr(), d.ptr(), n, loomFloat32, loomSum, comm, nullptr), loomSuccess);
+  loomResult_t r = loomGroupEnd();
+  EXPECT_EQ(r, loomInvalidUsage);
+  EXPECT_NE(std::string(loomGetLastError()).find("mixes calls with and without a stream"),
+            std::string::npos)
+      << loomGetLastError();
+}
+
+// A communicator destroyed while its call waits for the stream to reach it: the destroy returns,
+// and the stream, let go later, passes the call (its handoff words outlive the communicator until
+// then) without a fault.
+TEST(DeviceCalls, DestroyWithACallPendingOnAStreamLetsTheStreamGo) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 1024;
+  DevBuf a(n * 4), b(n * 4);
+  Stream s;
+  ASSERT_TRUE(a.ok() && b.ok() && s.s);
+  const long long faultsBefore = fakeCount("faults");
+  Gate gate;
+  ASSERT_TRUE(gate.close(s.s));
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, tr.comm(0), s.s), loomSuccess);
+  std::atomic<bool> after{false};
+  ASSERT_EQ(api().cuLaunchHostFunc(
+                s.s, [](void* p) { static_cast<std::atomic<bool>*>(p)->store(true); }, &after),
+            0);
+  EXPECT_EQ(loomCommDestroy(tr.comm(0)), loomSuccess) << loomGetLastError();
+  tr.release(0);
+  gate.open = true;
+  EXPECT_EQ(api().cuStreamSynchronize(s.s), 0);
+  EXPECT_TRUE(after) << "the work after the call did not run";
+  EXPECT_EQ(fakeCount("faults"), faultsBefore) << "the stream faulted on freed handoff words";
+  // A communicator made afterwards frees the words the stream has passed, and works.
+  ThreadRanks again(1);
+  ASSERT_TRUE(again.ok()) << again.error();
+  std::vector<float> v(n, 2.0f);
+  ASSERT_TRUE(a.put(v));
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, again.comm(0), s.s),
+            loomSuccess);
+  EXPECT_EQ(b.get(n, s.s), v);
+}
+
+// loomCommAbort while a rank's call on a stream waits for a peer that never calls: the abort
+// returns and the stream is released.
+TEST(DeviceCalls, AbortReleasesAStreamWaitingForAPeer) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 1024;
+  DevBuf a(n * 4), b(n * 4);
+  Stream s;
+  ASSERT_TRUE(a.ok() && b.ok() && s.s);
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, tr.comm(0), s.s),
+            loomSuccess);  // rank 1 never calls
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(api().cuStreamQuery(s.s), cuda::kErrorNotReady) << "the stream did not wait";
+  EXPECT_EQ(loomCommAbort(tr.comm(0)), loomSuccess) << loomGetLastError();
+  tr.release(0);
+  EXPECT_EQ(api().cuStreamSynchronize(s.s), 0);
+}
+
+// Ranks as processes on device buffers with streams: rank 1 is killed; the survivors' streams are
+// released and loomCommGetAsyncError names the rank (worker mode "devkill:1").
+TEST(DeviceCalls, KilledPeerReleasesTheWaitingStreamAndIsNamed) {
+  SKIP_WITHOUT_CUDA();
+  WorkerResult res = runWorkers(3, "devkill:1", {{"LOOM_TIMEOUT", "30"}});
+  EXPECT_TRUE(res.killedBySignal(1)) << res.describe(1);
+  for (int r : {0, 2}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+}
+
+// Ranks as processes, rank 0's call enqueued on a stream that its own work holds: a kernel of its
+// faults meanwhile (illegal address, injected), so its context's streams drop their work and the
+// stream never reaches the call; or its input buffer is freed before the stream reaches the call
+// (the staging copy is refused). Either way rank 0's call fails naming the cause, its stream is
+// let go, and the other rank's call fails instead of hanging (worker modes "devfault",
+// "devfreed").
+TEST(DeviceCalls, DeviceFaultOrFreedBufferFailsTheCallOnEveryRankAndReleasesTheStream) {
+  SKIP_WITHOUT_CUDA();
+  if (!driverSymbol("loomtest_fakecuda_inject"))
+    GTEST_SKIP() << "needs the emulated device (a fault on purpose); the driver is "
+                 << cuda::cudaDriver().library;
+  for (const char* mode : {"devfault", "devfreed"}) {
+    WorkerResult res = runWorkers(2, mode, {{"LOOM_TIMEOUT", "20"}});
+    for (int r : {0, 1})
+      EXPECT_TRUE(res.exitedWith(r, 0)) << mode << " rank " << r << ": " << res.describe(r);
+  }
+}
+
+}  // namespace
+
+// Worker modes of the tests above (workers.cc sends modes that start with "dev" here).
+int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
+  if (!loom::device::useDevice(0).isOk()) {
+    fprintf(stderr, "rank %d: no CUDA device: %s\n", rank,
+            cuda::cudaDriver().status.message().c_str());
+    return 20;
+  }
+  const size_t count = size_t(1) << 16;
+  DevBuf in(count * 4), out(count * 4);
+  Stream s;
+  if (!in.ok() || !out.ok() || !s.s) return 21;
+  std::vector<float> ones(count, 1.0f);
+  if (!in.put(ones)) return 22;
+  auto failedNaming = [&](const char* what, const std::string& words) {
+    std::string msg = loomGetLastError();
+    fprintf(stderr, "rank %d: %s: %s\n", rank, what, msg.c_str());
+    return msg.find(words) != std::string::npos ? 0 : 3;
+  };
+  if (mode.rfind("devkill:", 0) == 0) {
+    const int victim = atoi(mode.c_str() + 8);
+    const std::string named = "rank " + std::to_string(victim);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int it = 0; std::chrono::steady_clock::now() < end; ++it) {
+      if (rank == victim && it == 1) raise(SIGKILL);
+      if (loomAllReduce(in.ptr(), out.ptr(), count, loomFloat32, loomSum, comm, s.s) != loomSuccess)
+        return failedNaming("enqueue", named);
+      if (api().cuStreamSynchronize(s.s) != 0) {
+        fprintf(stderr, "rank %d: cuStreamSynchronize failed\n", rank);
+        return 4;
+      }
+      loomResult_t async = loomSuccess;
+      loomCommGetAsyncError(comm, &async);
+      if (async != loomSuccess) return failedNaming("async error", named);
+    }
+    fprintf(stderr, "rank %d: every allreduce succeeded although rank %d was killed\n", rank,
+            victim);
+    return 2;
+  }
+  if (mode == "devfault" || mode == "devfreed") {
+    if (rank != 0) {
+      loomResult_t r =
+          loomAllReduce(in.ptr(), out.ptr(), count, loomFloat32, loomSum, comm, nullptr);
+      if (r == loomSuccess) {
+        fprintf(stderr, "rank %d: the allreduce succeeded although rank 0's failed\n", rank);
+        return 2;
+      }
+      fprintf(stderr, "rank %d: failed as it should: %s\n", rank, loomGetLastError());
+      return 0;
+    }
+    const bool fault = mode == "devfault";
+    Gate gate;
+    CUdeviceptr doomed = 0;
+    if (api().cuMemAlloc(&doomed, count * 4) != 0 || !gate.close(s.s)) return 23;
+    if (loomAllReduce(reinterpret_cast<void*>(doomed), out.ptr(), count, loomFloat32, loomSum, comm,
+                      s.s) != loomSuccess)
+      return failedNaming("enqueue", "");
+    if (fault) {
+      // A kernel of this rank's on another stream faults while the call waits for its stream.
+      auto inject =
+          reinterpret_cast<int (*)(const char*, int)>(driverSymbol("loomtest_fakecuda_inject"));
+      Stream other;
+      const void* src[] = {in.ptr()};
+      if (!inject || inject("illegal_address", 0) != 0 ||
+          !loom::device::launchReduce(other.s, out.ptr(), src, 1, count, loomFloat32, loomSum, 0)
+               .isOk())
+        return 24;
+      api().cuStreamSynchronize(other.s);
+    } else {
+      api().cuMemFree(doomed);  // before the stream, and so the call, reaches it
+    }
+    gate.open = true;
+    const cuda::CUresult sync = api().cuStreamSynchronize(s.s);  // returns: the stream is let go
+    loomResult_t async = loomSuccess;
+    for (int i = 0; i < 2000 && async == loomSuccess; ++i) {  // the runner's verdict, within 2 s
+      loomCommGetAsyncError(comm, &async);
+      if (async == loomSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    fprintf(stderr, "rank 0: cuStreamSynchronize %d, async %s\n", sync, loomGetErrorString(async));
+    if (async == loomSuccess) return 5;
+    return failedNaming("async error", fault ? "ILLEGAL_ADDRESS" : "was it freed");
+  }
+  fprintf(stderr, "unknown device worker mode %s\n", mode.c_str());
+  return 12;
+}
+
+}  // namespace loomtest

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Loom on a real GPU, in one go (issue 16's check), sized for one H200 and under 8 minutes:
+#   tools/gpu_check.sh                 # logs under $OUT when set, else under build-gpu/check
+#   LOOM_CUDA_LIB=.../libloom-fakecuda.so GPU_CHECK_MAX_BYTES=4M tools/gpu_check.sh
+#                                      # a dry run of the script over the emulated device
+#
+# 1. Binaries: gpu-bundle/ when present (made on a development machine by tools/gpu_bundle.sh:
+#    built there for sm_90, with the libraries they need, for a GPU machine that lacks Loom's
+#    build dependencies), else a build here for sm_90 (cmake, ninja, nvcc, fmt, nlohmann-json,
+#    googletest needed).
+# 2. The machine: nvidia-smi -L, the driver, and nvidia-smi topo -m beside loom-topo (discovery's
+#    GPU, NVML facts, NUMA node and nearest NIC, on a GPU for the first time).
+# 3. Loom's reduction kernel against the device-to-device copy in one process (loom-device-bw,
+#    float32 and bfloat16 sum, 256 MiB): the target is a ratio >= 0.90.
+# 4. The device tests on the GPU: the collective matrix on device memory with a NULL stream and on
+#    streams (LOOMTEST_DEVICE=1, LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5),
+#    and DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank).
+# 5. loom-perf all_reduce, all_gather, reduce_scatter and broadcast on device buffers at 1, 2 and 4
+#    ranks on the one GPU (-c 1: every result checked), and the 8-byte all_reduce latency on a
+#    stream (enqueue to completion).
+# 6. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
+# 7. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
+# A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
+set -u
+MAXB=${GPU_CHECK_MAX_BYTES:-256M}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LOGS=${OUT:-$ROOT/build-gpu/check}
+mkdir -p "$LOGS"
+SUMMARY=$LOGS/summary.txt
+: >"$SUMMARY"
+failed=0
+started=$(date +%s)
+
+note() { printf '%-34s %-5s %s\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
+# step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in $LOGS/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name: $*"
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$? t=$(($(date +%s) - t0))
+  tail -n 25 "$LOGS/$name.log"
+  if [ $rc -eq 0 ]; then
+    note "$name" ok "${t}s"
+  elif [ $rc -eq 77 ]; then
+    note "$name" skip "$(grep -m1 SKIP "$LOGS/$name.log")"
+  else
+    [ $rc -eq 124 ] && note "$name" FAIL "timed out after ${limit}s" || note "$name" FAIL "exit $rc (${t}s)"
+    failed=1
+  fi
+  return $rc
+}
+
+# ---- 1. binaries ----------------------------------------------------------------------------------
+if [ -x "$ROOT/gpu-bundle/bin/loom-perf" ]; then
+  BIN=$ROOT/gpu-bundle/bin
+  export LD_LIBRARY_PATH=$ROOT/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  PLUGIN=$ROOT/gpu-bundle/lib/libnccl-net-loom.so
+  note build ok "gpu-bundle ($(cat "$ROOT/gpu-bundle/BUILT" 2>/dev/null))"
+else
+  B=$ROOT/build-gpu
+  export PATH=/usr/local/cuda/bin:$PATH
+  gen=""
+  command -v ninja >/dev/null && gen="-G Ninja"
+  step build 300 bash -c "cmake -S '$ROOT' -B '$B' $gen -DCMAKE_BUILD_TYPE=Release \
+      -DLOOM_BUILD_TESTS=ON -DLOOM_CUDA_ARCHS=90 && cmake --build '$B' -j \$(nproc) --target \
+      loom loom-perf loom-device-bw loom-topo collectives_tests nccl_net_loom" || {
+    cat "$SUMMARY"
+    exit 1
+  }
+  BIN=$B/bin
+  mkdir -p "$BIN"
+  for t in tools/perf/loom-perf tools/perf/loom-device-bw tools/topo/loom-topo \
+    tests/collectives/collectives_tests; do ln -sf "$B/$t" "$BIN/"; done
+  PLUGIN=$B/transports/ncclnet/plugin/libnccl-net-loom.so
+fi
+
+# ---- 2. the machine ---------------------------------------------------------------------------------
+step machine 60 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total,clocks.max.mem --format=csv; nvcc --version 2>/dev/null | tail -1; echo; nvidia-smi topo -m'
+step loom-topo 60 "$BIN/loom-topo"
+
+# ---- 3. kernel against copy -------------------------------------------------------------------------
+step device-bw 120 "$BIN/loom-device-bw" --bytes "$MAXB" --iters 20
+
+# ---- 4. the device tests on the GPU ------------------------------------------------------------------
+matrix='Ranks/ThreadMatrix.*:Ranks/ProcessMatrix.*-*_8ranks'
+step tests-device 150 env LOOMTEST_DEVICE=1 "$BIN/collectives_tests" "--gtest_filter=$matrix"
+step tests-device-stream 150 env LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1 "$BIN/collectives_tests" \
+  "--gtest_filter=$matrix"
+step tests-device-calls 90 "$BIN/collectives_tests" '--gtest_filter=DeviceCalls.*'
+
+# ---- 5. loom-perf on device buffers -------------------------------------------------------------------
+for coll in all_reduce all_gather reduce_scatter broadcast; do
+  for np in 1 2 4; do
+    step "perf-$coll-np$np" 90 "$BIN/loom-perf" "$coll" -np $np --mem device -c 1 -b 8 -e "$MAXB" \
+      -f 8 -n 5 -w 2 -T 60
+  done
+done
+step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
+
+# ---- 6. NCCL through the plugin ------------------------------------------------------------------------
+step nccl-plugin 120 "$ROOT/tools/nccl_plugin_gpu_check.sh" "$PLUGIN"
+
+# ---- 7. compute-sanitizer -------------------------------------------------------------------------------
+if command -v compute-sanitizer >/dev/null; then
+  step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+    "$BIN/loom-perf" all_reduce -np 2 --mem device -c 1 -b 1M -e 1M -n 2 -w 1 -T 60
+else
+  note sanitizer skip "compute-sanitizer is not installed"
+fi
+
+# ---- summary ----------------------------------------------------------------------------------------------
+{
+  echo
+  echo "== figures"
+  grep -h -E '^ +(float|bfloat16) ' "$LOGS/device-bw.log" 2>/dev/null | sed 's/^/device-bw: /'
+  for f in "$LOGS"/perf-*.log; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .log)
+    last=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$f" | tail -1)
+    avg=$(grep -m1 'Avg bus bandwidth' "$f")
+    echo "$n: largest: $last | $avg"
+  done
+  echo "total $(($(date +%s) - started)) s"
+} | tee -a "$SUMMARY"
+echo "== summary ($SUMMARY)"
+cat "$SUMMARY"
+exit $failed
