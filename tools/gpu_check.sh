@@ -16,8 +16,10 @@
 #    streams (LOOMTEST_DEVICE=1, LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5),
 #    and DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank).
 # 5. loom-perf all_reduce, all_gather, reduce_scatter and broadcast on device buffers at 1, 2 and 4
-#    ranks on the one GPU (-c 1: every result checked), and the 8-byte all_reduce latency on a
-#    stream (enqueue to completion).
+#    ranks on the one GPU (-c 1: every result checked; ranks of one GPU run in one pass over each
+#    other's buffers through CUDA IPC), the 2-rank all_reduce staged through host memory beside it
+#    (LOOM_DEVICE_ONE_PASS=0), and the 8-byte all_reduce latency on a stream (enqueue to
+#    completion).
 # 6. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
 # 7. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
@@ -97,6 +99,9 @@ for coll in all_reduce all_gather reduce_scatter broadcast; do
       -f 8 -n 5 -w 2 -T 60
   done
 done
+# The same 2-rank all_reduce staged through host memory, beside the one pass above.
+step perf-all_reduce-np2-staged 90 env LOOM_DEVICE_ONE_PASS=0 "$BIN/loom-perf" all_reduce -np 2 \
+  --mem device -c 1 -b 8 -e "$MAXB" -f 8 -n 5 -w 2 -T 60
 step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
 
 # ---- 6. NCCL through the plugin ------------------------------------------------------------------------

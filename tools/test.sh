@@ -34,9 +34,11 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # ranks the proofs take five of each shard's 16 rank counts (tests/algorithms/shards.h).
   export LOOMTEST_QUICK=1
   # Collective variants whose paths other tests already run under the sanitizers (the eager shm
-  # paths, sockets, registration over sockets and the plugin) ran in the first stage; the ones
-  # over the single-copy and mapped shm paths, the emulated IB device and the plugin stay.
+  # paths, sockets, registration over sockets and the plugin; device buffers staged through host
+  # memory, which DeviceCalls.* run) ran in the first stage; the ones over the single-copy and
+  # mapped shm paths, the emulated IB device, the plugin and device buffers on streams (the one
+  # pass over the peers' device buffers) stay.
   run_ctest "$ROOT/build-test-asan" -E \
-    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|tools\.perf\.local_register\..*)$'
+    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|tools\.perf\.local_register\..*)$'
 
 fi

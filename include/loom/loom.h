@@ -21,8 +21,11 @@
  * not being captured into a graph) it is checked, enqueued and returns at once, as with NCCL: it
  * starts when the stream's work before it is done, and the stream's work after it waits for it;
  * its failure is then the communicator's (loomCommGetAsyncError). A failed, aborted or destroyed
- * communicator still lets every waiting stream go. One thread of the communicator runs its device
- * calls; today device buffers are staged through pinned host memory.
+ * communicator still lets every waiting stream go. Every rank of a call passes device memory, or
+ * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
+ * rank. One thread of the communicator runs its device calls: in one pass over the peers' device
+ * buffers where every rank shares the host and the GPU (CUDA IPC between processes), else staged
+ * through pinned host memory.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.

@@ -160,6 +160,10 @@ const Param kIbGdrFlushDisable{"LOOM_IB_GDR_FLUSH_DISABLE", ParamType::kBool, "0
 const Param kCudaLib{"LOOM_CUDA_LIB", ParamType::kString, "",
                      "The CUDA driver library loaded at run time (empty: libcuda.so.1); the "
                      "tests name the emulated device, libloom-fakecuda.so"};
+const Param kDeviceOnePass{
+    "LOOM_DEVICE_ONE_PASS", ParamType::kBool, "1",
+    "Collectives on CUDA device memory whose ranks all share a host and a GPU run in one pass over "
+    "the peers' device buffers (CUDA IPC between processes), without host staging; 0: staged"};
 
 const Param* const kAll[] = {&kDebug,          &kDebugSubsys,
                              &kDebugFile,      &kTimeout,
@@ -186,7 +190,7 @@ const Param* const kAll[] = {&kDebug,          &kDebugSubsys,
                              &kIbTimeout,      &kIbRetryCnt,
                              &kIbPkey,         &kNetGdrLevel,
                              &kDmabufEnable,   &kIbGdrFlushDisable,
-                             &kCudaLib};
+                             &kCudaLib,        &kDeviceOnePass};
 }  // namespace params
 
 namespace {

@@ -108,6 +108,7 @@ extern const Param kNetGdrLevel;
 extern const Param kDmabufEnable;
 extern const Param kIbGdrFlushDisable;
 extern const Param kCudaLib;
+extern const Param kDeviceOnePass;
 }  // namespace params
 
 }  // namespace loom

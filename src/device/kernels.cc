@@ -63,6 +63,8 @@ bool imageHasDeviceCode() {
            std::memcmp(loom_device_image, kPlaceholder, sizeof(kPlaceholder) - 1) == 0);
 }
 
+Status loadKernels() { return kernelsOfCurrent().status(); }
+
 Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, int nsrc,
                     size_t count, loomDataType_t dt, loomRedOp_t op, int divideBy) {
   if (nsrc < 1 || nsrc > devk::kMaxReduceInputs)

@@ -19,6 +19,10 @@ namespace loom::device {
 // placeholder, which a real driver rejects (the error says Loom was built without nvcc).
 bool imageHasDeviceCode();
 
+// Loads Loom's module into the context current on this thread (once per context): an error says
+// why the kernels cannot run there (built without nvcc on a real GPU, or the driver refused it).
+Status loadKernels();
+
 // dst[i] = src[0][i] op ... op src[n-1][i] (pairwise, left to right: reduce_math.h), then / n for
 // loomAvg when divideBy > 0, on stream, asynchronously. Pointers are device (or host-mapped)
 // addresses; dst may equal a src exactly. At most devk::kMaxReduceInputs inputs.

@@ -109,6 +109,8 @@ class Comm {
   shm::HostGroup* shm() const { return shm_.get(); }
   // Every rank of this communicator shares this host and its shared memory.
   bool allLocal() const;
+  // Every rank is a thread of this process (shared memory's finding; false without it).
+  bool oneProcess() const { return oneProcess_; }
   // Sequence number of the next low-latency operation (the same on every rank).
   uint64_t nextLlSeq() { return ++llSeq_; }
   // The memory handle transport t wants for [p, p + n) on connection conn: a registered buffer's

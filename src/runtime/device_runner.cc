@@ -62,11 +62,13 @@ Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int devic
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   LOOM_CU(api.cuStreamCreate(&r->stream_, cuda::kStreamNonBlocking));
   LOOM_CU(api.cuEventCreate(&r->passed_, cuda::kEventDisableTiming));
+  r->onePass_ = std::make_unique<DeviceOnePass>(comm, device, r->stream_);
   r->thread_ = std::thread([p = r.get()] { p->loop(); });
-  LOOM_INFO(kSubInit,
-            "rank {}: device calls on CUDA device {}, staged through pinned host memory; streams "
-            "signalled by {}",
+  LOOM_INFO(kSubInit, "rank {}: device calls on CUDA device {}, {}; streams signalled by {}",
             comm->rank(), device,
+            r->onePass_->usable() ? "in one pass over the peers' device buffers where they apply, "
+                                    "else staged through pinned host memory"
+                                  : "staged through pinned host memory",
             s->memOps() ? "stream memory operations" : "a host function and a wait kernel");
   return r;
 }
@@ -84,6 +86,7 @@ DeviceRunner::~DeviceRunner() {
     api.cuStreamDestroy(stream_);
   }
   if (pinned_) api.cuMemFreeHost(pinned_);
+  onePass_.reset();  // closes its IPC mappings
   if (passed_) {
     if (signal_ && api.cuEventQuery(passed_) == cuda::kErrorNotReady) {
       LOOM_INFO(kSubInit,
@@ -243,6 +246,11 @@ Result<char*> DeviceRunner::staging(size_t bytes) {
 }
 
 Status DeviceRunner::run(Job& job) {
+  if (job.calls.size() == 1 && onePass_->tries(job.calls[0])) {
+    bool ran = false;
+    LOOM_TRY(onePass_->run(job.calls[0], &ran));
+    if (ran) return Status();
+  }
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   const int n = comm_->nranks(), me = comm_->rank();
   // Where each call's device buffers go on the host: in place, the whole buffer the input lives

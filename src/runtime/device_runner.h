@@ -12,8 +12,10 @@
 // the wait), then runs it, then releases the stream. The device buffers of a call are staged
 // through pinned host memory: the inputs are copied to the host by the device's copy engines on
 // Loom's own stream, the call runs on the host path (dispatch, the executor, the transports), and
-// the outputs are copied back. Every transport and path works this way; it is the first of the
-// device paths (GPU-to-GPU copies, CUDA IPC and GPUDirect RDMA, which skip the staging, come next).
+// the outputs are copied back. Every transport and path works this way. Where every rank shares
+// the host and the GPU, one call at a time skips the staging: the one pass over the peers' device
+// buffers (src/runtime/device_one_pass.h). GPUs of one host that differ, GPUDirect RDMA and
+// groups are staged for now.
 //
 // Threads: once a communicator has a runner, every call on it runs on the runner thread (the
 // calling thread waits for a call without a stream), so one thread drives the communicator as the
@@ -30,6 +32,7 @@
 #include "src/core/status.h"
 #include "src/device/cuda_driver.h"
 #include "src/device/stream_signal.h"
+#include "src/runtime/device_one_pass.h"
 #include "src/runtime/executor.h"
 
 namespace loom {
@@ -90,7 +93,8 @@ class DeviceRunner {
   // Recorded on the lead stream after each job's handoff: once it completes, no stream reads the
   // signal's words any more (they outlive the runner until then: see ~DeviceRunner).
   cuda::CUevent passed_ = nullptr;
-  cuda::CUstream stream_ = nullptr;  // Loom's own stream for the staging copies
+  cuda::CUstream stream_ = nullptr;  // Loom's own stream: the staging copies, the one pass
+  std::unique_ptr<DeviceOnePass> onePass_;
   char* pinned_ = nullptr;
   size_t pinnedBytes_ = 0;
   uint64_t nextSeq_ = 0;

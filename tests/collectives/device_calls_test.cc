@@ -422,6 +422,88 @@ TEST(DeviceCalls, DeviceFaultOrFreedBufferFailsTheCallOnEveryRankAndReleasesTheS
   }
 }
 
+// The one pass over the peers' device buffers (src/runtime/device_one_pass.h): ranks as processes
+// open each other's buffers through CUDA IPC and reduce with Loom's kernels; with
+// LOOM_DEVICE_ONE_PASS=0 the same calls are staged (no IPC mapping, no kernel). The emulator's
+// counters tell them apart; every result is checked (worker mode "devonepass").
+TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
+  SKIP_WITHOUT_CUDA();
+  if (!driverSymbol("loomtest_fakecuda_count"))
+    GTEST_SKIP() << "needs the emulated device's counters; the driver is "
+                 << cuda::cudaDriver().library;
+  for (const char* on : {"1", "0"}) {
+    WorkerResult res = runWorkers(3, "devonepass", {{"LOOM_DEVICE_ONE_PASS", on}});
+    for (int r = 0; r < 3; ++r)
+      EXPECT_TRUE(res.exitedWith(r, 0))
+          << "LOOM_DEVICE_ONE_PASS=" << on << " rank " << r << ": " << res.describe(r);
+  }
+}
+
+// Ranks as threads: the one pass reaches the other threads' device buffers by address (no IPC),
+// in place and out of place.
+TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
+  SKIP_WITHOUT_CUDA();
+  const int nranks = 3;
+  ThreadRanks tr(nranks);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const long long launches = fakeCount("kernel_launches");
+  const size_t n = 10007;  // slices of unequal length
+  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
+    DevBuf a(n * 4), b(n * 4);
+    Stream s;
+    std::vector<float> mine(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(rank + 1 + i % 5);
+    if (!a.ok() || !b.ok() || !s.s || !a.put(mine)) return "setup failed";
+    for (bool inPlace : {false, true}) {
+      void* out = inPlace ? a.ptr() : b.ptr();
+      loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
+      if (r != loomSuccess) return "allreduce: " + outcome(r);
+      std::vector<float> got = (inPlace ? a : b).get(n, s.s);
+      for (size_t i = 0; i < n; ++i) {
+        const float want = static_cast<float>(nranks * (nranks + 1) / 2 + nranks * (i % 5));
+        if (got[i] != want)
+          return "rank " + std::to_string(rank) + (inPlace ? " in place" : " out of place") +
+                 ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                 ", expected " + std::to_string(want);
+      }
+    }
+    return "";
+  });
+  EXPECT_EQ(err, "");
+  if (launches >= 0) {
+    EXPECT_GE(fakeCount("kernel_launches") - launches, 2 * nranks)
+        << "the one pass launched no reduction kernels: the calls were staged";
+  }
+}
+
+// A call with device memory on some ranks and host memory on others is refused on every rank
+// (as NCCL and PyTorch require one kind), with a message that says so; nothing hangs.
+TEST(DeviceCalls, HostMemoryOnSomeRanksAndDeviceMemoryOnOthersFails) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t n = 256;
+  std::vector<std::string> msgs(2);
+  std::vector<loomResult_t> res(2, loomSuccess);
+  tr.run([&](int rank, loomComm_t comm) -> std::string {
+    if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
+    DevBuf a(n * 4), b(n * 4);
+    std::vector<float> ha(n, 1.0f), hb(n);
+    if (rank == 0)
+      res[0] = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, nullptr);
+    else
+      res[1] = loomAllReduce(ha.data(), hb.data(), n, loomFloat32, loomSum, comm, nullptr);
+    msgs[rank] = loomGetLastError();
+    return "";
+  });
+  EXPECT_NE(res[0], loomSuccess);
+  EXPECT_NE(res[1], loomSuccess);
+  EXPECT_NE(msgs[0].find("some ranks passed host memory and others CUDA device memory"),
+            std::string::npos)
+      << msgs[0];
+}
+
 }  // namespace
 
 // Worker modes of the tests above (workers.cc sends modes that start with "dev" here).
@@ -504,6 +586,35 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     fprintf(stderr, "rank 0: cuStreamSynchronize %d, async %s\n", sync, loomGetErrorString(async));
     if (async == loomSuccess) return 5;
     return failedNaming("async error", fault ? "ILLEGAL_ADDRESS" : "was it freed");
+  }
+  if (mode == "devonepass") {
+    // 1 Mi floats per rank, out of place then in place; every element checked.
+    const bool on = getenv("LOOM_DEVICE_ONE_PASS") && atoi(getenv("LOOM_DEVICE_ONE_PASS")) != 0;
+    const long long maps0 = fakeCount("ipc_mappings"), launches0 = fakeCount("kernel_launches");
+    const size_t big = size_t(1) << 20;
+    DevBuf a(big * 4), b(big * 4);
+    std::vector<float> mine(big);
+    for (size_t i = 0; i < big; ++i) mine[i] = static_cast<float>(rank + 1 + i % 7);
+    if (!a.ok() || !b.ok() || !a.put(mine)) return 21;
+    for (bool inPlace : {false, true}) {
+      DevBuf& outBuf = inPlace ? a : b;
+      if (loomAllReduce(a.ptr(), outBuf.ptr(), big, loomFloat32, loomSum, comm, s.s) != loomSuccess)
+        return failedNaming("allreduce", "");
+      std::vector<float> got = outBuf.get(big, s.s);
+      for (size_t i = 0; i < big; ++i) {
+        const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+        if (got[i] != want) {
+          fprintf(stderr, "rank %d: element %zu is %g, expected %g\n", rank, i, got[i], want);
+          return 1;
+        }
+      }
+    }
+    const long long maps = fakeCount("ipc_mappings") - maps0;
+    const long long launches = fakeCount("kernel_launches") - launches0;
+    fprintf(stderr, "rank %d: one pass %s: ipc_mappings +%lld, kernel_launches +%lld\n", rank,
+            on ? "on" : "off", maps, launches);
+    if (on ? (maps < 2 || launches < 2) : (maps != 0 || launches != 0)) return 6;
+    return 0;
   }
   fprintf(stderr, "unknown device worker mode %s\n", mode.c_str());
   return 12;

@@ -1,0 +1,287 @@
+#include "src/runtime/device_one_pass.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "src/core/collective.h"
+#include "src/core/dtype.h"
+#include "src/core/hash.h"
+#include "src/core/log.h"
+#include "src/core/params.h"
+#include "src/device/device_memory.h"
+#include "src/device/kernels.h"
+#include "src/runtime/comm.h"
+#include "transports/shm/host_group.h"
+
+namespace loom {
+
+namespace {
+
+// Round 1: what each rank publishes (its low-latency buffer holds it).
+struct Record {
+  uint32_t pid;
+  uint32_t flags;  // kCan, kHandles
+  uint64_t gpuKey;
+  uint64_t inAddr, outAddr;  // device addresses in its own process (0: unused)
+  uint64_t inOff, outOff;    // from the base of their allocations
+  uint64_t pad[2];
+};
+static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
+constexpr uint32_t kCan = 1;  // every buffer it uses is device memory of gpuKey, reachable
+
+// Round 2, between processes: the IPC handles of the two buffers' allocations.
+struct Handles {
+  cuda::CUipcMemHandle in, out;
+};
+
+constexpr size_t kMaxMappings = 64;
+
+uint64_t roundSignature(const OpArgs& op, uint64_t round) {
+  return Fnv64().mix(opSignature(op)).mix(0x4445564f50ull).mix(round).value();
+}
+
+// [offset, offset + count) of slice r of count elements split n ways (the first count % n slices
+// one longer).
+struct Slice {
+  size_t off, count;
+};
+Slice sliceOf(size_t count, int n, int r) {
+  const size_t base = count / static_cast<size_t>(n), rem = count % static_cast<size_t>(n);
+  const size_t ur = static_cast<size_t>(r);
+  return {ur * base + std::min(ur, rem), base + (ur < rem ? 1 : 0)};
+}
+
+}  // namespace
+
+DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
+    : comm_(comm), device_(device), stream_(stream) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  cuda::CUdevice dev = 0;
+  char bus[64] = {};
+  if (api.cuDeviceGet(&dev, device) == cuda::kSuccess &&
+      api.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) == cuda::kSuccess)
+    gpuKey_ = Fnv64().mixBytes(bus).value() | 1;
+  shm::HostGroup* g = comm->shm();
+  usable_ = params::kDeviceOnePass.asBool() && comm->nranks() >= 2 && comm->allLocal() && g &&
+            g->area().options().llBytes >= sizeof(Handles) && gpuKey_ != 0;
+  if (usable_) {
+    // A rank whose kernels cannot load still takes part in the first round, saying it cannot.
+    Status k = device::loadKernels();
+    kernels_ = k.isOk();
+    if (!kernels_) LOOM_WARN("rank {}: device calls are staged: {}", comm->rank(), k.message());
+  }
+}
+
+DeviceOnePass::~DeviceOnePass() {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  for (const Mapping& m : maps_) api.cuIpcCloseMemHandle(m.base);
+}
+
+bool DeviceOnePass::tries(const QueuedOp& call) const {
+  const OpArgs& a = call.args;
+  // Calls on host memory never try (a rank whose peers have no runner may make them).
+  if (!usable_ || a.count == 0 || comm_->nranks() > devk::kMaxReduceInputs ||
+      !(call.inDevice || call.outDevice))
+    return false;
+  switch (a.coll) {
+    case CollKind::kAllReduce:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllGather:
+    case CollKind::kBroadcast:
+    case CollKind::kReduce:
+      return true;
+    case CollKind::kAllToAll:
+      return !a.inPlace;  // a block would be overwritten before its owner pushed it
+    default:
+      return false;
+  }
+}
+
+Result<cuda::CUdeviceptr> DeviceOnePass::open(uint32_t pid, const cuda::CUipcMemHandle& handle) {
+  for (auto it = maps_.begin(); it != maps_.end(); ++it)
+    if (it->pid == pid && std::memcmp(&it->handle, &handle, sizeof(handle)) == 0) {
+      maps_.splice(maps_.begin(), maps_, it);
+      return maps_.front().base;
+    }
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  if (maps_.size() >= kMaxMappings) {  // between calls: nothing uses the oldest now
+    api.cuIpcCloseMemHandle(maps_.back().base);
+    maps_.pop_back();
+  }
+  cuda::CUdeviceptr base = 0;
+  LOOM_CU(api.cuIpcOpenMemHandle(&base, handle, cuda::kIpcMemLazyEnablePeerAccess));
+  maps_.push_front({pid, handle, base});
+  return base;
+}
+
+Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
+  *ran = false;
+  const OpArgs& op = call.args;
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  shm::HostGroup* g = comm_->shm();
+  shm::LowLatencyExchange& ll = g->exchange();
+  shm::OnePassGuard& guard = g->onePass();
+  const int n = comm_->nranks(), me = comm_->rank();
+  const uint32_t myPid = static_cast<uint32_t>(getpid());
+  const size_t es = dataTypeSize(op.dtype);
+  const CollCounts counts = collCounts(op.coll, op.count, n);
+  auto usesIn = [&](int r) { return collUsesInput(op.coll, r, op.root, op.isSend); };
+  auto usesOut = [&](int r) { return collUsesOutput(op.coll, r, op.root, op.isSend); };
+
+  // Round 1: this rank's buffers, and whether it can take the path.
+  Record rec{};
+  rec.pid = myPid;
+  rec.gpuKey = gpuKey_;
+  bool can = kernels_;
+  Handles mine{};
+  const bool otherProcesses = !comm_->oneProcess();
+  auto describe = [&](const void* p, bool device, uint64_t* addr, uint64_t* off,
+                      cuda::CUipcMemHandle* h) {
+    if (!device || device::classify(p).device != device_) return false;
+    *addr = reinterpret_cast<uint64_t>(p);
+    if (!otherProcesses) return true;
+    cuda::CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!api.cuIpcGetMemHandle || api.cuMemGetAddressRange(&base, &size, *addr) != cuda::kSuccess ||
+        api.cuIpcGetMemHandle(h, base) != cuda::kSuccess)
+      return false;  // not IPC-capable memory (a VMM mapping, say): staged
+    *off = *addr - base;
+    return true;
+  };
+  if (usesIn(me))
+    can = can && describe(op.sendbuff, call.inDevice, &rec.inAddr, &rec.inOff, &mine.in);
+  if (usesOut(me))
+    can = can && describe(op.recvbuff, call.outDevice, &rec.outAddr, &rec.outOff, &mine.out);
+  rec.flags = can ? kCan : 0;
+  auto failed = [&](Status st) {
+    guard.end();  // first: a peer failing too waits for it (shm::HostGroup::setState)
+    st = comm_->explainLocalWait(
+        st, std::string(collName(op.coll)) + " (one pass over the peers' device buffers)");
+    comm_->fail(st);
+    return st;
+  };
+  uint64_t seq = comm_->nextLlSeq();
+  std::memcpy(ll.buffer(me, seq), &rec, sizeof(rec));
+  ll.publish(seq, sizeof(rec), roundSignature(op, 1));
+  Status st = ll.waitAll(seq, roundSignature(op, 1), comm_->spinNs(), comm_->timeoutMs());
+  if (!st.isOk() && st.cause() == Cause::kMismatch)
+    st = st.rewritten(st.code(), st.message() +
+                                     " (or some ranks passed host memory and others CUDA device "
+                                     "memory: every rank of a call passes device memory, or "
+                                     "every rank host memory)");
+  if (!st.isOk()) return failed(st);
+  std::vector<Record> recs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) std::memcpy(&recs[i], ll.buffer(i, seq), sizeof(Record));
+  // Every rank decides from the same records: all go on or all stage.
+  for (const Record& r : recs)
+    if (!(r.flags & kCan) || r.gpuKey != recs[0].gpuKey) return Status();
+
+  // Round 2 (processes): the handles; each rank opens those of the other processes.
+  std::vector<char*> ins(static_cast<size_t>(n), nullptr), outs(static_cast<size_t>(n), nullptr);
+  for (int i = 0; i < n; ++i) {
+    ins[i] = reinterpret_cast<char*>(recs[i].inAddr);
+    outs[i] = reinterpret_cast<char*>(recs[i].outAddr);
+  }
+  if (otherProcesses) {
+    seq = comm_->nextLlSeq();
+    std::memcpy(ll.buffer(me, seq), &mine, sizeof(mine));
+    ll.publish(seq, sizeof(mine), roundSignature(op, 2));
+    st = ll.waitAll(seq, roundSignature(op, 2), comm_->spinNs(), comm_->timeoutMs());
+    if (!st.isOk()) return failed(st);
+    for (int i = 0; i < n; ++i) {
+      if (recs[i].pid == myPid) continue;
+      Handles h;
+      std::memcpy(&h, ll.buffer(i, seq), sizeof(h));
+      auto place = [&](char** p, uint64_t addr, const cuda::CUipcMemHandle& handle,
+                       uint64_t off) -> Status {
+        if (!addr) return Status();
+        LOOM_ASSIGN(cuda::CUdeviceptr base, open(recs[i].pid, handle));
+        *p = reinterpret_cast<char*>(base + off);
+        return Status();
+      };
+      st = place(&ins[i], recs[i].inAddr, h.in, recs[i].inOff);
+      if (st.isOk()) st = place(&outs[i], recs[i].outAddr, h.out, recs[i].outOff);
+      if (!st.isOk())
+        return failed(st.withContext(fmt::format("opening rank {}'s device buffer", i)));
+    }
+  }
+
+  // From here this rank touches its peers' buffers.
+  st = guard.begin();
+  if (!st.isOk()) return failed(st);
+  // dst = in_0 op ... op in_{n-1} at byte offset off of every input, count elements, in rank
+  // order, in one launch (tries() keeps n within kMaxReduceInputs); dst may be one of them; avg
+  // divides the sum by n.
+  auto reduce = [&](char* dst, size_t off, size_t count) -> Status {
+    std::vector<const void*> srcs;
+    for (int i = 0; i < n; ++i) srcs.push_back(ins[i] + off);
+    return device::launchReduce(stream_, dst, srcs.data(), n, count, op.dtype, op.op, n);
+  };
+  auto copy = [&](char* dst, const char* src, size_t bytes) -> Status {
+    if (dst == src || bytes == 0) return Status();
+    LOOM_CU(api.cuMemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(dst),
+                              reinterpret_cast<cuda::CUdeviceptr>(src), bytes, stream_));
+    return Status();
+  };
+  auto work = [&]() -> Status {
+    const size_t c = op.count;
+    switch (op.coll) {
+      case CollKind::kAllReduce: {
+        const Slice s = sliceOf(c, n, me);
+        if (s.count == 0) return Status();
+        LOOM_TRY(reduce(outs[me] + s.off * es, s.off * es, s.count));
+        for (int i = 0; i < n; ++i)
+          if (i != me) LOOM_TRY(copy(outs[i] + s.off * es, outs[me] + s.off * es, s.count * es));
+        return Status();
+      }
+      case CollKind::kReduceScatter:
+        return reduce(outs[me], static_cast<size_t>(me) * c * es, c);
+      case CollKind::kReduce: {
+        const Slice s = sliceOf(c, n, me);
+        if (s.count == 0) return Status();
+        return reduce(outs[op.root] + s.off * es, s.off * es, s.count);
+      }
+      case CollKind::kAllGather:
+        for (int i = 0; i < n; ++i)
+          LOOM_TRY(copy(outs[i] + static_cast<size_t>(me) * c * es, ins[me], c * es));
+        return Status();
+      case CollKind::kAllToAll:
+        for (int i = 0; i < n; ++i)
+          LOOM_TRY(copy(outs[i] + static_cast<size_t>(me) * c * es,
+                        ins[me] + static_cast<size_t>(i) * c * es, c * es));
+        return Status();
+      case CollKind::kBroadcast:
+        return copy(outs[me], ins[op.root], c * es);
+      default:
+        return LOOM_ERROR(kInternal, "{} has no device one pass", collName(op.coll));
+    }
+  };
+  st = work();
+  if (st.isOk()) {
+    const cuda::CUresult rc = api.cuStreamSynchronize(stream_);
+    if (rc != cuda::kSuccess) st = cuda::cudaError(rc, "cuStreamSynchronize of the one pass");
+  }
+  if (!st.isOk()) return failed(st);
+  guard.end();
+
+  // Last round: nobody returns (and lets its stream reuse its buffers) while a peer may still
+  // read or write them.
+  seq = comm_->nextLlSeq();
+  ll.publish(seq, 0, roundSignature(op, 3));
+  st = ll.waitAll(seq, roundSignature(op, 3), comm_->spinNs(), comm_->timeoutMs());
+  if (!st.isOk()) return failed(st);
+  *ran = true;
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    LOOM_INFO(kSubShm, "{} of {} bytes ran in one pass over the peers' device buffers ({})",
+              collName(op.coll), std::max(counts.input, counts.output) * es,
+              otherProcesses ? "CUDA IPC between processes" : "threads of one process");
+  });
+  return Status();
+}
+
+}  // namespace loom

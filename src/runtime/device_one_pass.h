@@ -1,0 +1,72 @@
+// The one pass over the peers' CUDA device buffers, for calls of a communicator whose ranks all
+// share a host and a GPU: no host staging, no messages. Each rank reaches every rank's buffers on
+// the device (threads of one process by address; other processes through CUDA IPC handles, opened
+// once and cached) and does its share with Loom's reduction kernels and the copy engines on the
+// runner's stream: an AllReduce rank reduces its slice of every input in rank order and writes the
+// result into every output; ReduceScatter and Reduce reduce a slice; AllGather, AllToAll push
+// their blocks; Broadcast pulls the root's buffer. The bytes cross the GPU's memory once.
+//
+// Three rounds of the host's low-latency exchange frame it, as the host one pass
+// (src/runtime/one_pass.h): the first publishes each rank's buffers and whether it can take this
+// path (every buffer it uses is device memory of the shared GPU that its peers can reach), and
+// every rank decides from the same records, so all run it or all fall back to staging; between
+// processes the second publishes the IPC handles; the last says every rank is done, so no rank
+// returns (and lets its stream go on to reuse its buffers) while a peer still reads or writes them.
+//
+// Not yet: GPUs of one host that differ (peer access over NVLink or PCIe), groups of calls, and
+// Send/Recv: those are staged (src/runtime/device_runner.h). LOOM_DEVICE_ONE_PASS=0 turns it off.
+//
+// Threads: the communicator's runner thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+
+#include "src/core/status.h"
+#include "src/device/cuda_driver.h"
+#include "src/runtime/executor.h"
+
+namespace loom {
+
+class Comm;
+
+class DeviceOnePass {
+ public:
+  // For comm's calls on CUDA device `device` (its primary context current on the calling thread),
+  // enqueued on stream.
+  DeviceOnePass(Comm* comm, int device, cuda::CUstream stream);
+  // Closes the IPC mappings it opened.
+  ~DeviceOnePass();
+  DeviceOnePass(const DeviceOnePass&) = delete;
+  DeviceOnePass& operator=(const DeviceOnePass&) = delete;
+
+  // Whether the call tries the one pass: a call on device memory of a shape the one pass takes,
+  // on a communicator where it may run. The same answer on every rank when every rank passes
+  // device memory (loom.h requires one kind per call).
+  bool tries(const QueuedOp& call) const;
+  // Whether it may run at all here (one host, shared memory between the ranks, the parameter).
+  bool usable() const { return usable_; }
+  // Runs call in one pass when every rank can; *ran false when some rank cannot (nothing happened
+  // on any rank: the caller stages). On failure the communicator is marked failed.
+  Status run(const QueuedOp& call, bool* ran);
+
+ private:
+  // A peer's allocation opened in this process: its base here, by (pid, handle).
+  struct Mapping {
+    uint32_t pid;
+    cuda::CUipcMemHandle handle;
+    cuda::CUdeviceptr base;
+  };
+  Result<cuda::CUdeviceptr> open(uint32_t pid, const cuda::CUipcMemHandle& handle);
+
+  Comm* comm_;
+  int device_;
+  cuda::CUstream stream_;
+  uint64_t gpuKey_ = 0;      // a hash of this GPU's PCI bus id (0: unknown)
+  bool usable_ = false;      // a shared host area whose exchange buffers hold the handles
+  bool kernels_ = false;     // Loom's kernels load on this GPU
+  std::list<Mapping> maps_;  // most recent first; at most kMaxMappings
+};
+
+}  // namespace loom
