@@ -20,7 +20,7 @@ cmake -S "$ROOT" -B "$B" $gen $launcher -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_
 cmake --build "$B" -j "$(nproc)" --target loom loom-perf loom-device-bw loom-topo \
   collectives_tests nccl_net_loom
 rm -rf "$DEST"
-mkdir -p "$DEST/bin" "$DEST/lib"
+mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/lib-fallback"
 bins=("$B/tools/perf/loom-perf" "$B/tools/perf/loom-device-bw" "$B/tools/topo/loom-topo"
   "$B/tests/collectives/collectives_tests")
 libs=("$B/libloom.so.0" "$B/transports/ncclnet/plugin/libnccl-net-loom.so")
@@ -30,12 +30,19 @@ cp -L "${libs[@]}" "$DEST/lib/"
 for f in "${bins[@]}" "${libs[@]}"; do
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
-  while read -r lib; do cp -L "$lib" "$DEST/lib/"; done
+  while read -r lib; do
+    # The C++ runtime goes aside: the GPU machine's own (newer, and used by its tools) is taken
+    # unless ours is needed (tools/gpu_check.sh tries without it first).
+    case "$(basename "$lib")" in
+      libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$DEST/lib-fallback/" ;;
+      *) cp -L "$lib" "$DEST/lib/" ;;
+    esac
+  done
 # hwloc's plugins and libibverbs' providers are loaded at run time: hwloc's GPU plugins are off
 # in Loom, and the check needs no verbs provider.
-strip --strip-unneeded "$DEST"/bin/* "$DEST"/lib/*.so* 2>/dev/null || true
+strip --strip-unneeded "$DEST"/bin/* "$DEST"/lib/*.so* "$DEST"/lib-fallback/*.so* 2>/dev/null || true
 echo "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo +changes), $(date -u +%F)" \
   >"$DEST/BUILT"
 grep -q '^/gpu-bundle/$' "$ROOT/.git/info/exclude" 2>/dev/null || echo /gpu-bundle/ >>"$ROOT/.git/info/exclude"
 du -sh "$DEST"
-ls "$DEST/lib"
+ls "$DEST/lib" "$DEST/lib-fallback"

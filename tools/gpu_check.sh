@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Loom on a real GPU, in one go (issue 16's check), sized for one H200 and under 8 minutes:
-#   tools/gpu_check.sh                 # logs under $OUT when set, else under build-gpu/check
+#   tools/gpu_check.sh                 # logs in build-gpu/check (and $OUT, when set)
 #   LOOM_CUDA_LIB=.../libloom-fakecuda.so GPU_CHECK_MAX_BYTES=4M tools/gpu_check.sh
 #                                      # a dry run of the script over the emulated device
 #
@@ -26,7 +26,10 @@
 set -u
 MAXB=${GPU_CHECK_MAX_BYTES:-256M}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-LOGS=${OUT:-$ROOT/build-gpu/check}
+# Logs in build-gpu/check; with $OUT set (the device tool brings back at most 8 files), the
+# summary and one archive of the logs are copied there at the end.
+LOGS=$ROOT/build-gpu/check
+rm -rf "$LOGS"
 mkdir -p "$LOGS"
 SUMMARY=$LOGS/summary.txt
 : >"$SUMMARY"
@@ -58,7 +61,16 @@ step() {
 if [ -x "$ROOT/gpu-bundle/bin/loom-perf" ]; then
   BIN=$ROOT/gpu-bundle/bin
   export LD_LIBRARY_PATH=$ROOT/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # The machine's C++ runtime unless the bundle's binaries need the one they were built with.
+  if ! "$BIN/loom-perf" --help >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ROOT/gpu-bundle/lib-fallback
+  fi
   PLUGIN=$ROOT/gpu-bundle/lib/libnccl-net-loom.so
+  if ! "$BIN/loom-perf" --help >/dev/null 2>&1; then
+    note build FAIL "the bundle's loom-perf does not start here: $("$BIN/loom-perf" --help 2>&1 | head -2)"
+    cat "$SUMMARY"
+    exit 1
+  fi
   note build ok "gpu-bundle ($(cat "$ROOT/gpu-bundle/BUILT" 2>/dev/null))"
 else
   B=$ROOT/build-gpu
@@ -131,4 +143,8 @@ fi
 } | tee -a "$SUMMARY"
 echo "== summary ($SUMMARY)"
 cat "$SUMMARY"
+if [ -n "${OUT:-}" ]; then
+  cp "$SUMMARY" "$OUT/summary.txt"
+  tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$LOGS" .
+fi
 exit $failed
