@@ -16,11 +16,12 @@
  *
  * CUDA. Where the CUDA driver is present (loaded at run time; LOOM_CUDA_LIB), buffers may be CUDA
  * device memory (cudaMalloc, cuMemCreate mappings; not managed memory), both buffers of a call on
- * one device, and one device per communicator. With a NULL stream such a call is done when it
- * returns, as on host memory. With a stream (a cudaStream_t of that device's primary context,
- * not being captured into a graph) it is checked, enqueued and returns at once, as with NCCL: it
- * starts when the stream's work before it is done, and the stream's work after it waits for it;
- * its failure is then the communicator's (loomCommGetAsyncError). A failed, aborted or destroyed
+ * one device, and one device per communicator. With a NULL stream such a call comes after the
+ * work already on the default (legacy) stream, and is done when it returns. With a stream (a
+ * cudaStream_t of that device's primary context, not being captured into a graph) it is checked,
+ * enqueued and returns at once, as with NCCL: it starts when the stream's work before it is done,
+ * and the stream's work after it waits for it; its failure is then the communicator's
+ * (loomCommGetAsyncError). A failed, aborted or destroyed
  * communicator still lets every waiting stream go. Every rank of a call passes device memory, or
  * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
  * rank. One thread of the communicator runs its device calls: in one pass over the peers' device

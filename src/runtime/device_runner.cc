@@ -246,6 +246,16 @@ Result<char*> DeviceRunner::staging(size_t bytes) {
 }
 
 Status DeviceRunner::run(Job& job) {
+  // A call without a stream on device memory comes after the work already on the context's
+  // default (legacy) stream, as NCCL's calls on stream 0 do: the caller may have just filled its
+  // buffers there.
+  if (!job.seq && std::any_of(job.calls.begin(), job.calls.end(),
+                              [](const QueuedOp& q) { return q.inDevice || q.outDevice; })) {
+    const cuda::CUresult rc = cuda::cudaDriver().api.cuStreamSynchronize(nullptr);
+    if (rc != cuda::kSuccess)
+      return cuda::cudaError(rc, "cuStreamSynchronize")
+          .withContext("the default stream's work before the call failed");
+  }
   if (job.calls.size() == 1 && onePass_->tries(job.calls[0])) {
     bool ran = false;
     LOOM_TRY(onePass_->run(job.calls[0], &ran));

@@ -294,6 +294,32 @@ TEST(DeviceCalls, StreamCallStartsWhenTheStreamReachesItAndTheWorkAfterWaits) {
   EXPECT_EQ(err, "");
 }
 
+// A call without a stream comes after the work already on the default stream (as NCCL's calls on
+// stream 0): inputs copied there asynchronously, behind a held gate, are what the call reduces.
+TEST(DeviceCalls, NullStreamCallComesAfterTheDefaultStreamsWork) {
+  SKIP_WITHOUT_CUDA();
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 4096;
+  DevBuf a(n * 4), b(n * 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> poison(n, -1.0f), fresh(n, 5.0f);
+  ASSERT_TRUE(a.put(poison) && b.put(poison));
+  Gate gate;
+  ASSERT_TRUE(gate.close(nullptr));
+  ASSERT_EQ(api().cuMemcpyAsync(a.p, reinterpret_cast<CUdeviceptr>(fresh.data()), n * 4, nullptr),
+            0);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.open = true;
+  });
+  loomResult_t r = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, tr.comm(0), nullptr);
+  opener.join();
+  ASSERT_EQ(r, loomSuccess) << loomGetLastError();
+  EXPECT_EQ(b.get(n), fresh) << "the call read its input before the default stream wrote it";
+}
+
 // A group of two calls on two streams of one communicator: both streams reach the group before
 // it runs, and the work after it on either stream waits for both calls.
 TEST(DeviceCalls, GroupOnTwoStreamsHoldsBothAndReleasesBoth) {
