@@ -12,7 +12,6 @@
 #include "src/core/hash.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
-#include "src/device/device_memory.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
 #include "transports/shm/host_group.h"
@@ -141,7 +140,7 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   const bool otherProcesses = !comm_->oneProcess();
   auto describe = [&](const void* p, bool device, uint64_t* addr, uint64_t* off,
                       cuda::CUipcMemHandle* h) {
-    if (!device || device::classify(p).device != device_) return false;
+    if (!device || call.device != device_) return false;  // kinds and device: checkDevice's
     *addr = reinterpret_cast<uint64_t>(p);
     if (!otherProcesses) return true;
     cuda::CUdeviceptr base = 0;
@@ -165,9 +164,8 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
     return st;
   };
   uint64_t seq = comm_->nextLlSeq();
-  std::memcpy(ll.buffer(me, seq), &rec, sizeof(rec));
-  ll.publish(seq, sizeof(rec), roundSignature(op, 1));
-  Status st = ll.waitAll(seq, roundSignature(op, 1), comm_->spinNs(), comm_->timeoutMs());
+  Status st =
+      ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), comm_->spinNs(), comm_->timeoutMs());
   if (!st.isOk() && st.cause() == Cause::kMismatch)
     st = st.rewritten(st.code(), st.message() +
                                      " (or some ranks passed host memory and others CUDA device "
@@ -188,9 +186,8 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   }
   if (otherProcesses) {
     seq = comm_->nextLlSeq();
-    std::memcpy(ll.buffer(me, seq), &mine, sizeof(mine));
-    ll.publish(seq, sizeof(mine), roundSignature(op, 2));
-    st = ll.waitAll(seq, roundSignature(op, 2), comm_->spinNs(), comm_->timeoutMs());
+    st = ll.round(seq, &mine, sizeof(mine), roundSignature(op, 2), comm_->spinNs(),
+                  comm_->timeoutMs());
     if (!st.isOk()) return failed(st);
     for (int i = 0; i < n; ++i) {
       if (recs[i].pid == myPid) continue;
@@ -271,8 +268,7 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   // Last round: nobody returns (and lets its stream reuse its buffers) while a peer may still
   // read or write them.
   seq = comm_->nextLlSeq();
-  ll.publish(seq, 0, roundSignature(op, 3));
-  st = ll.waitAll(seq, roundSignature(op, 3), comm_->spinNs(), comm_->timeoutMs());
+  st = ll.round(seq, nullptr, 0, roundSignature(op, 3), comm_->spinNs(), comm_->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
   static std::once_flag logged;

@@ -230,9 +230,6 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     rec.outFd = static_cast<uint32_t>(ro.fd);
     rec.outOff = ro.offset;
   }
-  uint64_t seq = comm->nextLlSeq();
-  std::memcpy(ll.buffer(me, seq), &rec, sizeof(rec));
-  ll.publish(seq, sizeof(rec), roundSignature(op, 1));
   auto failed = [&](Status st) {
     guard.end();  // first: a peer failing too waits for it (shm::HostGroup::setState)
     st = comm->explainLocalWait(
@@ -240,7 +237,9 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     comm->fail(st);
     return st;
   };
-  Status st = ll.waitAll(seq, roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
+  uint64_t seq = comm->nextLlSeq();
+  Status st =
+      ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   std::vector<Record> recs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) std::memcpy(&recs[i], ll.buffer(i, seq), sizeof(Record));
@@ -312,8 +311,7 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
 
   // Round 2: nobody returns (and reuses its buffers) while a peer may still read or write them.
   seq = comm->nextLlSeq();
-  ll.publish(seq, 0, roundSignature(op, 2));
-  st = ll.waitAll(seq, roundSignature(op, 2), comm->spinNs(), comm->timeoutMs());
+  st = ll.round(seq, nullptr, 0, roundSignature(op, 2), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
   static std::once_flag logged;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "src/core/status.h"
 #include "transports/shm/host_area.h"
@@ -33,6 +34,14 @@ class LowLatencyExchange {
   // publishing seq (the ranks called different operations). The check point
   // CheckPoint::kLowLatencyWait is in its periodic check.
   Status waitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs);
+  // One round: copies `bytes` of payload into this rank's buffer for seq, publishes it and waits
+  // for every local rank's (publish, then waitAll).
+  Status round(uint64_t seq, const void* payload, uint64_t bytes, uint64_t signature,
+               int64_t spinNs, int64_t timeoutMs) {
+    if (bytes) std::memcpy(buffer(area_.localIndex(), seq), payload, bytes);
+    publish(seq, bytes, signature);
+    return waitAll(seq, signature, spinNs, timeoutMs);
+  }
 
  private:
   bool oneReady(int local, uint64_t seq);
