@@ -12,19 +12,24 @@
 #    GPU, NVML facts, NUMA node and nearest NIC, on a GPU for the first time).
 # 3. Loom's reduction kernel against the device-to-device copy in one process (loom-device-bw,
 #    float32 and bfloat16 sum, 256 MiB): the target is a ratio >= 0.90.
-# 4. The device tests on the GPU: the collective matrix on device memory with a NULL stream and on
-#    streams (LOOMTEST_DEVICE=1, LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5),
-#    and DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank).
-# 5. loom-perf all_reduce, all_gather, reduce_scatter and broadcast on device buffers at 1, 2 and 4
-#    ranks on the one GPU (-c 1: every result checked; ranks of one GPU run in one pass over each
-#    other's buffers through CUDA IPC), the 2-rank all_reduce staged through host memory beside it
-#    (LOOM_DEVICE_ONE_PASS=0), and the 8-byte all_reduce latency on a stream (enqueue to
-#    completion).
-# 6. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
-# 7. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
+# 4. DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank), then
+#    loom-perf all_reduce on device buffers at 1, 2 and 4 ranks on the one GPU (-c 1: every result
+#    checked; ranks of one GPU run in one pass over each other's buffers through CUDA IPC), the
+#    2-rank all_reduce staged through host memory beside it (LOOM_DEVICE_ONE_PASS=0), and the
+#    8-byte all_reduce latency on a stream (enqueue to completion).
+# 5. The collective matrix on device memory with a NULL stream and on streams (LOOMTEST_DEVICE=1,
+#    LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5).
+# 6. loom-perf all_gather, reduce_scatter and broadcast on device buffers at 2 and 4 ranks.
+# 7. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
+# 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
+# The whole check keeps within GPU_CHECK_BUDGET seconds (default 480, under the device tool's
+# 600-second limit per command): each step's limit is cut to what is left, a step with under 15 s
+# left is skipped and named, and the summary and logs reach $OUT after every step, so a run cut
+# short still brings back what it did.
 set -u
 MAXB=${GPU_CHECK_MAX_BYTES:-256M}
+BUDGET=${GPU_CHECK_BUDGET:-480}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Logs in build-gpu/check; with $OUT set (the device tool brings back at most 8 files), the
 # summary and one archive of the logs are copied there at the end.
@@ -37,10 +42,22 @@ failed=0
 started=$(date +%s)
 
 note() { printf '%-34s %-5s %s\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
+# Copies the summary and an archive of the logs so far to $OUT (when set).
+publish() {
+  [ -n "${OUT:-}" ] || return 0
+  cp "$SUMMARY" "$OUT/summary.txt"
+  tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$LOGS" .
+}
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in $LOGS/NAME.log.
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$((BUDGET - ($(date +%s) - started)))
+  if [ $left -lt 15 ]; then
+    note "$name" skip "the check's time budget (${BUDGET}s) is spent"
+    return 0
+  fi
+  [ $limit -gt $left ] && limit=$left
   echo "== $name: $*"
   local t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
@@ -54,6 +71,7 @@ step() {
     [ $rc -eq 124 ] && note "$name" FAIL "timed out after ${limit}s" || note "$name" FAIL "exit $rc (${t}s)"
     failed=1
   fi
+  publish
   return $rc
 }
 
@@ -97,29 +115,35 @@ step loom-topo 60 "$BIN/loom-topo"
 # ---- 3. kernel against copy -------------------------------------------------------------------------
 step device-bw 120 "$BIN/loom-device-bw" --bytes "$MAXB" --iters 20
 
-# ---- 4. the device tests on the GPU ------------------------------------------------------------------
-matrix='Ranks/ThreadMatrix.*:Ranks/ProcessMatrix.*-*_8ranks'
-step tests-device 150 env LOOMTEST_DEVICE=1 "$BIN/collectives_tests" "--gtest_filter=$matrix"
-step tests-device-stream 150 env LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1 "$BIN/collectives_tests" \
-  "--gtest_filter=$matrix"
+# ---- 4. the device calls' tests, then all_reduce on device buffers --------------------------------------
 step tests-device-calls 90 "$BIN/collectives_tests" '--gtest_filter=DeviceCalls.*'
-
-# ---- 5. loom-perf on device buffers -------------------------------------------------------------------
-for coll in all_reduce all_gather reduce_scatter broadcast; do
-  for np in 1 2 4; do
-    step "perf-$coll-np$np" 90 "$BIN/loom-perf" "$coll" -np $np --mem device -c 1 -b 8 -e "$MAXB" \
-      -f 8 -n 5 -w 2 -T 60
-  done
+for np in 1 2 4; do
+  step "perf-all_reduce-np$np" 90 "$BIN/loom-perf" all_reduce -np $np --mem device -c 1 -b 8 \
+    -e "$MAXB" -f 8 -n 5 -w 2 -T 60
 done
 # The same 2-rank all_reduce staged through host memory, beside the one pass above.
 step perf-all_reduce-np2-staged 90 env LOOM_DEVICE_ONE_PASS=0 "$BIN/loom-perf" all_reduce -np 2 \
   --mem device -c 1 -b 8 -e "$MAXB" -f 8 -n 5 -w 2 -T 60
 step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
 
-# ---- 6. NCCL through the plugin ------------------------------------------------------------------------
+# ---- 5. the collective matrix on device memory ------------------------------------------------------------
+matrix='Ranks/ThreadMatrix.*:Ranks/ProcessMatrix.*-*_8ranks'
+step tests-device 120 env LOOMTEST_DEVICE=1 "$BIN/collectives_tests" "--gtest_filter=$matrix"
+step tests-device-stream 120 env LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1 "$BIN/collectives_tests" \
+  "--gtest_filter=$matrix"
+
+# ---- 6. loom-perf of the other collectives on device buffers --------------------------------------------
+for coll in all_gather reduce_scatter broadcast; do
+  for np in 2 4; do
+    step "perf-$coll-np$np" 90 "$BIN/loom-perf" "$coll" -np $np --mem device -c 1 -b 8 -e "$MAXB" \
+      -f 8 -n 5 -w 2 -T 60
+  done
+done
+
+# ---- 7. NCCL through the plugin ------------------------------------------------------------------------
 step nccl-plugin 120 "$ROOT/tools/nccl_plugin_gpu_check.sh" "$PLUGIN"
 
-# ---- 7. compute-sanitizer -------------------------------------------------------------------------------
+# ---- 8. compute-sanitizer -------------------------------------------------------------------------------
 if command -v compute-sanitizer >/dev/null; then
   step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
     "$BIN/loom-perf" all_reduce -np 2 --mem device -c 1 -b 1M -e 1M -n 2 -w 1 -T 60
@@ -143,8 +167,5 @@ fi
 } | tee -a "$SUMMARY"
 echo "== summary ($SUMMARY)"
 cat "$SUMMARY"
-if [ -n "${OUT:-}" ]; then
-  cp "$SUMMARY" "$OUT/summary.txt"
-  tar -czf "$OUT/gpu_check_logs.tar.gz" -C "$LOGS" .
-fi
+publish
 exit $failed

@@ -14,10 +14,71 @@ namespace {
 // without a new error.
 constexpr CUresult kDropped = -2;
 
+// The workers of destroyed streams: cuStreamDestroy returns at once while the worker drains, so
+// the worker is kept here and joined once it has finished, at the next destroy or when the
+// library is unloaded or the process exits (at most 2 s for those still draining). A worker left
+// to exit on its own could still be exiting when the process ends, which LeakSanitizer's exit
+// check does not survive (it reads the exiting thread's freed thread-local blocks).
+class RetiredWorkers {
+ public:
+  void add(std::thread t, std::shared_ptr<std::atomic<bool>> finished) {
+    std::lock_guard<std::mutex> lk(mu_);
+    joinFinished();
+    list_.push_back({std::move(t), std::move(finished)});
+  }
+
+  // Joins every worker, waiting at most 2 s in all for those still draining.
+  void reapAll() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& w : list_) {
+      while (!w.finished->load(std::memory_order_acquire) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (w.finished->load(std::memory_order_acquire))
+        w.t.join();
+      else
+        w.t.detach();  // stuck in a wait the stream's destruction did not end
+    }
+    list_.clear();
+  }
+
+ private:
+  struct Worker {
+    std::thread t;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+
+  void joinFinished() {
+    for (auto it = list_.begin(); it != list_.end();) {
+      if (it->finished->load(std::memory_order_acquire)) {
+        it->t.join();  // it has returned from run(): the join is short
+        it = list_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Worker> list_;
+};
+
+RetiredWorkers& retiredWorkers() {
+  static auto* r = new RetiredWorkers();  // never destroyed: a stream may close after exit's turn
+  return *r;
+}
+
+// Joins the retired workers when the library is unloaded or the process exits.
+struct ReapAtExit {
+  ~ReapAtExit() { retiredWorkers().reapAll(); }
+} reapAtExit;
+
 }  // namespace
 
 Stream::~Stream() {
-  // The worker holds a reference while it runs, so it has ended or was detached by close().
+  // The worker holds a reference while it runs, so it runs this (it cannot join itself) unless
+  // close() retired it.
   if (worker_.joinable()) worker_.detach();
 }
 
@@ -75,7 +136,7 @@ void Stream::close() {
     closing_.store(true, std::memory_order_release);
   }
   workCv_.notify_all();
-  if (worker_.joinable()) worker_.detach();
+  if (worker_.joinable()) retiredWorkers().add(std::move(worker_), finished_);
 }
 
 bool Stream::interrupted() const {
@@ -117,6 +178,7 @@ void Stream::run() {
     doneCv_.notify_all();
   }
   count(kWorkers, -1);
+  finished_->store(true, std::memory_order_release);
 }
 
 bool deviceWait(Stream& s, const std::function<bool()>& ready) {

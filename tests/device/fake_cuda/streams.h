@@ -71,6 +71,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::atomic<bool> closing_{false};
   bool abandoned_ = false;  // worker only
   std::thread worker_;
+  // Set by the worker as it ends; outlives the stream (the retired workers' list holds it).
+  std::shared_ptr<std::atomic<bool>> finished_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Waits on the worker of s until ready() holds; false when the stream is interrupted first. Polls
