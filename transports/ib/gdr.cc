@@ -34,8 +34,6 @@ bool exists(const char* path) {
   return ::stat(path, &st) == 0;
 }
 
-constexpr size_t kGpuPage = 1 << 16;  // dma-buf export granularity used by GPUs (64 KiB)
-
 }  // namespace
 
 Status cudaDriverAvailable() { return driver().status; }
@@ -72,19 +70,35 @@ Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintp
   LOOM_TRY(d.status);
   if (d.api.cuMemGetHandleForAddressRange == nullptr)
     return LOOM_ERROR(kCuda, "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf)");
-  uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  uintptr_t b = p & ~(kGpuPage - 1);
-  uintptr_t e = (p + size + kGpuPage - 1) & ~(kGpuPage - 1);
-  int out = -1;
-  CUresult rc =
-      d.api.cuMemGetHandleForAddressRange(&out, b, e - b, cuda::kMemRangeHandleTypeDmaBufFd, 0);
+  // The whole allocation is exported, from its base (where every export may start) to its end
+  // rounded up to the host page, as the driver wants; the registration starts data's offset in.
+  // One registration then serves every buffer of the allocation.
+  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  CUresult rc = d.api.cuMemGetAddressRange(&base, &bytes, static_cast<CUdeviceptr>(p));
   if (rc != cuda::kSuccess)
-    return LOOM_ERROR(kCuda, "cuMemGetHandleForAddressRange failed (CUresult {}) for {} bytes", rc,
-                      e - b);
+    return cuda::cudaError(
+        rc, fmt::format("cuMemGetAddressRange of GPU buffer {} ({} bytes)", data, size).c_str());
+  if (p + size > base + bytes)
+    return LOOM_ERROR(kInvalidArgument,
+                      "GPU buffer {} ({} bytes) runs past the end of its allocation ({:#x}, {} "
+                      "bytes)",
+                      data, size, base, bytes);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t exported = (bytes + page - 1) / page * page;
+  int out = -1;
+  rc = d.api.cuMemGetHandleForAddressRange(&out, base, exported, cuda::kMemRangeHandleTypeDmaBufFd,
+                                           0);
+  if (rc != cuda::kSuccess)
+    return cuda::cudaError(rc, fmt::format("cuMemGetHandleForAddressRange (dma-buf) of the "
+                                           "allocation at {:#x} ({} bytes)",
+                                           base, exported)
+                                   .c_str());
   *fd = out;
-  *offset = p - b;
-  *begin = b;
-  *length = e - b;
+  *offset = p - base;
+  *begin = base;
+  *length = exported;
   return Status();
 }
 

@@ -32,8 +32,10 @@ GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd);
 
 // The CUDA driver, loaded once; errors say what is missing ("no CUDA driver (libcuda.so.1: ...)").
 Status cudaDriverAvailable();
-// A dma-buf fd for the GPU range [data, data + size), page-aligned around it; *offset is data's
-// offset in the exported range. The caller closes the fd.
+// A dma-buf fd for the CUDA allocation holding [data, data + size): the whole allocation, from
+// its base (*begin) for *length bytes (its size rounded up to the host page); *offset is data's
+// offset in it. A range that is not in one allocation is an error naming it. The caller closes
+// the fd.
 Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
                  size_t* length);
 // Whether data points to GPU memory (false when there is no CUDA driver).

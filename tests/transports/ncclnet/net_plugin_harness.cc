@@ -1,6 +1,6 @@
 // loom-net-plugin-harness: drives an NCCL net plugin the way NCCL does, without NCCL.
 //
-//   loom-net-plugin-harness [--plugin PATH] [--version 8..12] [--big] [--verbose]
+//   loom-net-plugin-harness [--plugin PATH] [--version 8..12] [--big] [--gpu] [--verbose]
 //
 // It dlopens the plugin (default: the libnccl-net-loom.so of this build), checks that every
 // ncclNetPlugin_v8 .. ncclNetPlugin_v12 symbol is exported, takes the table of --version and runs
@@ -12,6 +12,12 @@
 // 32 requests in flight and the 33rd refused; grouped receives of 8 with tags; iflush; a truncated
 // receive (error, no hang, no corruption); closing with requests in flight; deregMr, closes,
 // finalize. One line per check; exit status 0 only when every check passed.
+//
+// With --gpu, rank 0 also does what NCCL does with GPUDirect RDMA: device buffers of the CUDA
+// driver (LOOM_CUDA_LIB, else libcuda.so.1) registered as NCCL_PTR_CUDA, the send buffer through
+// regMrDmaBuf with the allocation's dma-buf (as NCCL exports it) where ptrSupport has
+// NCCL_PTR_DMABUF, a device-to-device message over the loopback pair, the flush of the receive,
+// and every byte read back. --gpu fails where the plugin offers no NCCL_PTR_CUDA.
 //
 // The network comes from the environment (LOOM_NET, LOOM_IBVERBS_LIB, LOOM_SOCKET_IFNAME, ...),
 // so the same binary runs over sockets, the emulated IB device and real hardware.
@@ -38,6 +44,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "transports/ncclnet/nccl_net_abi.h"
@@ -982,6 +989,144 @@ void loopbackCheck(Run& run) {
   check(closeConn(&c), "loopback closeSend/closeRecv");
 }
 
+// ---- GPU buffers (--gpu) --------------------------------------------------------------------
+
+bool gGpu = false;
+
+// The CUDA driver entry points NCCL's GPUDirect path uses, from LOOM_CUDA_LIB (the emulated
+// device in CI) or libcuda.so.1.
+struct Cuda {
+  using Ptr = unsigned long long;  // CUdeviceptr
+  int (*cuInit)(unsigned) = nullptr;
+  int (*cuDeviceGet)(int*, int) = nullptr;
+  int (*cuDevicePrimaryCtxRetain)(void**, int) = nullptr;
+  int (*cuCtxSetCurrent)(void*) = nullptr;
+  int (*cuMemAlloc)(Ptr*, size_t) = nullptr;
+  int (*cuMemFree)(Ptr) = nullptr;
+  int (*cuMemcpyAsync)(Ptr, Ptr, size_t, void*) = nullptr;
+  int (*cuStreamSynchronize)(void*) = nullptr;
+  int (*cuMemGetAddressRange)(Ptr*, size_t*, Ptr) = nullptr;
+  int (*cuMemGetHandleForAddressRange)(void*, Ptr, size_t, int, unsigned long long) = nullptr;
+
+  // "" once loaded with device 0's primary context current, else why not.
+  std::string load() {
+    const char* lib = std::getenv("LOOM_CUDA_LIB");
+    if (lib == nullptr || *lib == '\0') lib = "libcuda.so.1";
+    void* h = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return str("cannot load %s: %s", lib, ::dlerror());
+    std::string missing;
+    auto sym = [&](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(::dlsym(h, name));
+      if (*fn == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
+    };
+    sym(&cuInit, "cuInit");
+    sym(&cuDeviceGet, "cuDeviceGet");
+    sym(&cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    sym(&cuCtxSetCurrent, "cuCtxSetCurrent");
+    sym(&cuMemAlloc, "cuMemAlloc_v2");
+    sym(&cuMemFree, "cuMemFree_v2");
+    sym(&cuMemcpyAsync, "cuMemcpyAsync");
+    sym(&cuStreamSynchronize, "cuStreamSynchronize");
+    sym(&cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+    sym(&cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
+    if (!missing.empty()) return str("%s lacks %s", lib, missing.c_str());
+    int dev = 0;
+    void* ctx = nullptr;
+    int rc = cuInit(0);
+    if (rc == 0) rc = cuDeviceGet(&dev, 0);
+    if (rc == 0) rc = cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (rc == 0) rc = cuCtxSetCurrent(ctx);
+    return rc == 0 ? std::string() : str("%s: no usable device 0 (CUresult %d)", lib, rc);
+  }
+  bool copy(Ptr dst, Ptr src, size_t n) const {
+    return cuMemcpyAsync(dst, src, n, nullptr) == 0 && cuStreamSynchronize(nullptr) == 0;
+  }
+};
+
+void gpuDirectCheck(Run& run) {
+  Cuda cu;
+  std::string why = cu.load();
+  check(why.empty(), "--gpu: the CUDA driver loads, device 0's context current", why);
+  if (!why.empty()) return;
+  const int ptr = run.props.ptrSupport;
+  check(ptr & abi::NCCL_PTR_CUDA, "--gpu: ptrSupport offers NCCL_PTR_CUDA (GPUDirect RDMA)",
+        str("ptrSupport %d", ptr));
+  if (!(ptr & abi::NCCL_PTR_CUDA)) return;
+  Conn c;
+  bool ok = establish(run.ctx, run.dev, true, &c, &why);
+  check(ok, "--gpu: loopback pair", why);
+  if (!ok) return;
+  const size_t bytes = 2 << 20, n = (1 << 20) + 3;
+  Cuda::Ptr src = 0, dst = 0;
+  if (cu.cuMemAlloc(&src, bytes) != 0 || cu.cuMemAlloc(&dst, bytes) != 0) {
+    check(false, "--gpu: cuMemAlloc of two 2 MiB device buffers");
+    return;
+  }
+  std::vector<uint8_t> pattern(n), back(n);
+  for (size_t i = 0; i < n; ++i) pattern[i] = static_cast<uint8_t>(i * 13 + 5);
+  ok = cu.copy(src + 64, reinterpret_cast<Cuda::Ptr>(pattern.data()), n);
+  check(ok, "--gpu: the pattern copied to the device");
+  void *smh = nullptr, *rmh = nullptr;
+  ncclResult_t r = abi::ncclSuccess;
+  if (ptr & abi::NCCL_PTR_DMABUF) {
+    // As NCCL registers with dma-buf: the allocation exported from its base, offset 0.
+    Cuda::Ptr base = 0;
+    size_t size = 0;
+    int fd = -1;
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    int rc = cu.cuMemGetAddressRange(&base, &size, src);
+    const size_t exported = (size + page - 1) / page * page;
+    if (rc == 0) rc = cu.cuMemGetHandleForAddressRange(&fd, base, exported, 1, 0);
+    check(rc == 0 && fd >= 0, "--gpu: the send buffer's allocation exported as a dma-buf",
+          str("CUresult %d", rc));
+    const int before = openFds();
+    r = gNet->regMrDmaBuf(c.send, reinterpret_cast<void*>(base), exported, abi::NCCL_PTR_CUDA, 0,
+                          fd, &smh);
+    check(r == abi::ncclSuccess && openFds() == before,
+          "--gpu: regMrDmaBuf of GPU memory (NCCL_PTR_CUDA), keeping no file descriptor",
+          str("result %d", r));
+    if (fd >= 0) ::close(fd);
+  } else {
+    r = gNet->regMr(c.send, reinterpret_cast<void*>(src), bytes, abi::NCCL_PTR_CUDA, &smh);
+    check(r == abi::ncclSuccess, "--gpu: regMr of the GPU send buffer (NCCL_PTR_CUDA)",
+          str("result %d", r));
+  }
+  ncclResult_t r2 =
+      gNet->regMr(c.recv, reinterpret_cast<void*>(dst), bytes, abi::NCCL_PTR_CUDA, &rmh);
+  check(r2 == abi::ncclSuccess, "--gpu: regMr of the GPU receive buffer (NCCL_PTR_CUDA)",
+        str("result %d", r2));
+  check(logHas("GPUDirect RDMA in use"), "--gpu: the plugin logged GPUDirect RDMA in use");
+  if (r == abi::ncclSuccess && r2 == abi::ncclSuccess) {
+    void* data = reinterpret_cast<void*>(dst + 128);
+    size_t size = n;
+    int tag = 7;
+    void *sreq = nullptr, *rreq = nullptr;
+    r = postRecv(c.recv, 1, &data, &size, &tag, &rmh, &rreq);
+    if (r == abi::ncclSuccess)
+      r = postSend(c.send, reinterpret_cast<void*>(src + 64), n, tag, smh, &sreq);
+    std::vector<void*> reqs = {sreq, rreq};
+    std::vector<std::vector<int>> sizes = {{-1}, {-1}};
+    ok = r == abi::ncclSuccess && waitAll(reqs, &sizes, &why);
+    check(ok && sizes[1][0] == static_cast<int>(n), "--gpu: a device-to-device message",
+          ok ? str("size %d", sizes[1][0]) : why);
+    // NCCL flushes a GPU receive before its kernels read it: a request that completes.
+    int fsize = static_cast<int>(n);
+    void* freq = nullptr;
+    r = gNet->iflush(c.recv, 1, &data, &fsize, &rmh, &freq);
+    check(r == abi::ncclSuccess && freq != nullptr, "--gpu: iflush of the GPU receive is a request",
+          str("result %d", r));
+    if (r == abi::ncclSuccess && freq != nullptr)
+      check(waitRequest(freq, nullptr) == abi::ncclSuccess, "--gpu: the flush completes");
+    ok = cu.copy(reinterpret_cast<Cuda::Ptr>(back.data()), dst + 128, n);
+    check(ok && back == pattern, "--gpu: every byte arrived in device memory");
+  }
+  if (smh != nullptr) gNet->deregMr(c.send, smh);
+  if (rmh != nullptr) gNet->deregMr(c.recv, rmh);
+  check(closeConn(&c), "--gpu: closeSend/closeRecv");
+  cu.cuMemFree(src);
+  cu.cuMemFree(dst);
+}
+
 // v8 sizes are int: negative and > 1 GiB transfers are refused before anything is sent.
 void v8LimitsCheck(Conn& c) {
   Buffer buf(4096);
@@ -1057,6 +1202,7 @@ int runRank(const std::string& path, int version, bool big) {
   propertiesCheck(run, ndev);
 
   loopbackCheck(run);
+  if (gGpu && gRank == 0) gpuDirectCheck(run);
   barrier("after loopback");
 
   Conn c;
@@ -1107,7 +1253,8 @@ void onAlarm(int) {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--plugin PATH] [--version 8..12] [--big] [--verbose]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--plugin PATH] [--version 8..12] [--big] [--gpu] [--verbose]\n",
+               argv0);
   return 2;
 }
 
@@ -1125,6 +1272,8 @@ int main(int argc, char** argv) {
       version = std::atoi(argv[++i]);
     } else if (a == "--big") {
       big = true;
+    } else if (a == "--gpu") {
+      gGpu = true;
     } else if (a == "--verbose") {
       gVerbose = true;
     } else {
