@@ -23,10 +23,22 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 "$ROOT/tools/build.sh" \
   -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON
 run_ctest "${BUILD_DIR:-$ROOT/build-test}"
 
+# loom_torch installed as a user installs it (one pip install from the repository, against this
+# build's libloom), then imported from outside the repository: "loom" is a torch backend.
+if python3 -c "import torch" 2>/dev/null; then
+  echo "== pip install src/torch (loom_torch)"
+  LOOM_HOME=${BUILD_DIR:-$ROOT/build-test} python3 -m pip install -q --no-build-isolation \
+    "$ROOT/src/torch"
+  (cd / && python3 -c "import loom_torch, torch.distributed as d; \
+assert 'loom' in d.Backend.backend_list, d.Backend.backend_list; \
+print('loom_torch', loom_torch.loom_version(), 'registered as', loom_torch.BACKEND)")
+fi
+
 if [ "${SANITIZE:-1}" != 0 ]; then
   echo "== the same tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  # loom_torch is not built here: python3 would need the sanitizers' runtimes preloaded.
   BUILD_DIR=$ROOT/build-test-asan FRESH=1 "$ROOT/tools/build.sh" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined
+    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1
   # The generators' proofs over every layout ran in the first stage; under the sanitizers (about

@@ -1,0 +1,770 @@
+// loom_torch's backend: see loom_backend.h.
+#include "loom_backend.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+namespace loom_torch {
+namespace {
+
+// A Loom call's failure as torch.distributed.DistBackendError, with Loom's message (which rank,
+// what happened).
+void check(loomResult_t r, const char* what) {
+  if (r == loomSuccess) return;
+  C10_THROW_ERROR(DistBackendError, c10::str("loom: ", what, " failed: ", loomGetErrorString(r),
+                                             ": ", loomGetLastError()));
+}
+
+// A tensor as Loom sees it: its data, element count and datatype.
+struct Buf {
+  void* ptr = nullptr;
+  size_t count = 0;
+  loomDataType_t type = loomFloat32;
+};
+
+// What an operation does with its tensors' values: complex numbers travel as pairs of reals only
+// where that gives the same result (no reduction, or a sum or average).
+enum class Use { kMove, kSumOrAvg, kOtherReduction };
+
+Buf buf(const at::Tensor& t, const char* op, Use use = Use::kMove) {
+  TORCH_CHECK(t.defined(), "loom: ", op, ": an undefined tensor");
+  TORCH_CHECK(!t.is_cuda(), "loom: ", op,
+              ": CUDA tensors are not supported by this loom_torch yet (use CPU tensors, or "
+              "init_process_group(\"cpu:loom,cuda:nccl\"))");
+  TORCH_CHECK(t.device().is_cpu(), "loom: ", op, ": tensors must be on the CPU, not ", t.device());
+  TORCH_CHECK(!t.is_sparse(), "loom: ", op, ": sparse tensors are not supported");
+  TORCH_CHECK(t.is_contiguous(), "loom: ", op,
+              ": tensors must be contiguous (call .contiguous() first); got sizes ", t.sizes(),
+              " and strides ", t.strides());
+  Buf b;
+  b.ptr = t.data_ptr();
+  b.count = static_cast<size_t>(t.numel());
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      b.type = loomFloat32;
+      break;
+    case at::kDouble:
+      b.type = loomFloat64;
+      break;
+    case at::kHalf:
+      b.type = loomFloat16;
+      break;
+    case at::kBFloat16:
+      b.type = loomBfloat16;
+      break;
+    case at::kChar:
+      b.type = loomInt8;
+      break;
+    case at::kByte:
+      b.type = loomUint8;
+      break;
+    case at::kBool:
+      b.type = loomUint8;
+      break;
+    case at::kInt:
+      b.type = loomInt32;
+      break;
+    case at::kLong:
+      b.type = loomInt64;
+      break;
+    case at::kUInt32:
+      b.type = loomUint32;
+      break;
+    case at::kUInt64:
+      b.type = loomUint64;
+      break;
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+    case at::kComplexHalf:
+      TORCH_CHECK(use != Use::kOtherReduction, "loom: ", op, ": ", t.scalar_type(),
+                  " supports only SUM and AVG reductions (complex numbers have no order, and a "
+                  "product is not elementwise on their parts)");
+      b.type = t.scalar_type() == at::kComplexFloat    ? loomFloat32
+               : t.scalar_type() == at::kComplexDouble ? loomFloat64
+                                                       : loomFloat16;
+      b.count *= 2;
+      break;
+    default:
+      TORCH_CHECK(false, "loom: ", op, ": dtype ", t.scalar_type(),
+                  " is not supported (float32, float64, float16, bfloat16, int8, uint8, bool, "
+                  "int32, int64, uint32, uint64 and complex are)");
+  }
+  return b;
+}
+
+// A reduction: Loom's operation, and whether the input is first multiplied (PREMUL_SUM).
+struct Reduction {
+  loomRedOp_t op = loomSum;
+  bool premul = false;
+  double factor = 1.0;
+  at::Tensor tensorFactor;
+  Use use = Use::kSumOrAvg;
+
+  void prepare(const at::Tensor& t) const {
+    if (!premul) return;
+    if (tensorFactor.defined())
+      t.mul_(tensorFactor.to(t.device()));
+    else
+      t.mul_(factor);
+  }
+};
+
+Reduction reduction(const c10d::ReduceOp& rop, const at::Tensor& t, const char* op) {
+  Reduction r;
+  const bool isBool = t.scalar_type() == at::kBool;
+  switch (rop.op_) {
+    case c10d::ReduceOp::SUM:
+      r.op = isBool ? loomMax : loomSum;
+      break;  // logical or
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(!isBool, "loom: ", op, ": AVG of bool tensors is not defined");
+      r.op = loomAvg;
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      r.op = isBool ? loomMin : loomProd;  // logical and
+      r.use = Use::kOtherReduction;
+      break;
+    case c10d::ReduceOp::MIN:
+      r.op = loomMin;
+      r.use = Use::kOtherReduction;
+      break;
+    case c10d::ReduceOp::MAX:
+      r.op = loomMax;
+      r.use = Use::kOtherReduction;
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(!isBool, "loom: ", op, ": PREMUL_SUM of bool tensors is not defined");
+      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      TORCH_CHECK(s != nullptr, "loom: ", op, ": PREMUL_SUM without its factor");
+      r.op = loomSum;
+      r.premul = true;
+      r.factor = s->double_factor;
+      r.tensorFactor = s->tensor_factor;
+      break;
+    }
+    default:
+      TORCH_CHECK(false, "loom: ", op, ": ReduceOp ", static_cast<int>(rop.op_),
+                  " (BAND, BOR or BXOR) is not supported: Loom reduces with SUM, AVG, PRODUCT, "
+                  "MIN, MAX and PREMUL_SUM");
+  }
+  return r;
+}
+
+void checkRank(int64_t r, int size, const char* op, const char* what) {
+  TORCH_CHECK(r >= 0 && r < size, "loom: ", op, ": ", what, " ", r,
+              " is not a rank of this group (", size, " ranks)");
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* op) {
+  TORCH_CHECK(ts.size() == 1, "loom: ", op, ": one tensor per process expected, got ", ts.size());
+  return ts[0];
+}
+
+void sameShape(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(), "loom: ", op, ": ",
+              what, " must match the input (", b.scalar_type(), ", ", b.numel(), " elements); got ",
+              a.scalar_type(), ", ", a.numel(), " elements");
+}
+
+// Offsets and lengths (in elements) of each rank's slice along dim 0, from PyTorch's split sizes
+// (empty: equal slices).
+std::vector<std::pair<size_t, size_t>> slices(const at::Tensor& t,
+                                              const std::vector<int64_t>& split, int size,
+                                              const char* op, const char* which) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const size_t row = rows == 0 ? 0 : static_cast<size_t>(t.numel() / rows);
+  std::vector<std::pair<size_t, size_t>> s(size);
+  if (split.empty()) {
+    TORCH_CHECK(rows % size == 0, "loom: ", op, ": the ", which, " tensor's first dimension (",
+                rows, ") is not divisible by the group's ", size, " ranks");
+    for (int r = 0; r < size; ++r) s[r] = {r * (rows / size) * row, (rows / size) * row};
+    return s;
+  }
+  TORCH_CHECK(static_cast<int>(split.size()) == size, "loom: ", op, ": ", which,
+              " split sizes has ", split.size(), " entries for ", size, " ranks");
+  int64_t off = 0;
+  for (int r = 0; r < size; ++r) {
+    TORCH_CHECK(split[r] >= 0, "loom: ", op, ": a negative ", which, " split size");
+    s[r] = {static_cast<size_t>(off) * row, static_cast<size_t>(split[r]) * row};
+    off += split[r];
+  }
+  TORCH_CHECK(off == rows, "loom: ", op, ": ", which, " split sizes add up to ", off,
+              ", the tensor's first dimension is ", rows);
+  return s;
+}
+
+}  // namespace
+
+// ---- LoomWork -------------------------------------------------------------------------------
+
+LoomWork::LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+void LoomWork::complete(std::exception_ptr exception) {
+  finish(exception);
+  if (exception)
+    future_->setError(exception);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+// ---- LoomBackend: life ------------------------------------------------------------------------
+
+LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size) {
+  TORCH_CHECK(store, "loom: no Store to exchange the unique id through");
+  const std::string key = "loom_unique_id";
+  loomUniqueId id;
+  if (rank == 0) {
+    check(loomGetUniqueId(&id), "loomGetUniqueId");
+    store->set(key, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(id.internal),
+                                         reinterpret_cast<uint8_t*>(id.internal) + sizeof(id)));
+  } else {
+    std::vector<uint8_t> v = store->get(key);  // waits for rank 0, within the Store's timeout
+    TORCH_CHECK(v.size() == sizeof(id), "loom: the unique id in the Store has ", v.size(),
+                " bytes, expected ", sizeof(id));
+    std::memcpy(id.internal, v.data(), sizeof(id));
+  }
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  const int64_t ms = timeout.count();
+  config.timeoutMs = ms <= 0 ? -1 : static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+  config.commName = "torch.distributed";
+  check(loomCommInitRankConfig(&comm_, size, id, rank, &config), "loomCommInitRank");
+  worker_ = std::thread([this] { run(); });
+}
+
+LoomBackend::~LoomBackend() { stop(true); }
+
+void LoomBackend::stop(bool drain) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_ && !worker_.joinable() && comm_ == nullptr) return;
+    stopping_ = true;
+    if (!drain) {
+      // Queued operations fail without running; the one in flight fails once aborted.
+      for (auto& batch : queue_)
+        for (Op& op : batch)
+          op.work->complete(std::make_exception_ptr(c10::DistBackendError(
+              {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+              "loom: the process group was aborted before this operation ran")));
+      queue_.clear();
+    }
+  }
+  cv_.notify_all();
+  if (!drain && comm_ != nullptr) {
+    loomCommAbort(comm_);  // ends the call in flight: the worker then finds no more work
+    comm_ = nullptr;
+  }
+  if (worker_.joinable()) worker_.join();
+  if (comm_ != nullptr) {
+    loomCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+}
+
+void LoomBackend::abort() { stop(false); }
+
+void LoomBackend::shutdown() { stop(true); }
+
+// ---- the queue and the worker -------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const char* title,
+                                                    std::vector<at::Tensor> outputs,
+                                                    std::function<void()> issue,
+                                                    std::function<void()> finish) {
+  auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, std::move(outputs));
+  Op op{std::move(issue), std::move(finish), work};
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(!stopping_, "loom: ", title, ": the process group was shut down or aborted");
+    if (coalescing_) {
+      coalesced_.push_back(std::move(op));
+      return work;
+    }
+    std::vector<Op> batch;
+    batch.push_back(std::move(op));
+    queue_.push_back(std::move(batch));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void LoomBackend::run() {
+  for (;;) {
+    std::vector<Op> batch;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping, and drained
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    runBatch(batch);
+  }
+}
+
+void LoomBackend::runBatch(std::vector<Op>& ops) {
+  std::exception_ptr error;
+  try {
+    size_t calls = 0;
+    for (const Op& op : ops) calls += op.issue ? 1 : 0;
+    if (calls == 1) {
+      for (const Op& op : ops)
+        if (op.issue) op.issue();
+    } else if (calls > 1) {
+      check(loomGroupStart(), "loomGroupStart");
+      try {
+        for (const Op& op : ops)
+          if (op.issue) op.issue();
+      } catch (...) {
+        loomGroupEnd();
+        throw;
+      }
+      check(loomGroupEnd(), "the coalesced operations (loomGroupEnd)");
+    }
+    for (const Op& op : ops)
+      if (op.finish) op.finish();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (Op& op : ops) op.work->complete(error);
+}
+
+void LoomBackend::startCoalescing() {
+  std::lock_guard<std::mutex> lk(mu_);
+  TORCH_CHECK(!coalescing_, "loom: startCoalescing while already coalescing");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
+  std::vector<Op> batch;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(coalescing_, "loom: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    batch = std::move(coalesced_);
+    coalesced_.clear();
+  }
+  std::vector<at::Tensor> outputs;
+  for (const Op& op : batch)
+    for (const at::Tensor& t : op.work->result()) outputs.push_back(t);
+  auto work =
+      c10::make_intrusive<LoomWork>(getRank(), c10d::OpType::COALESCED, "loom:coalesced", outputs);
+  batch.push_back(Op{nullptr, nullptr, work});  // completes with the batch
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(batch));
+      cv_.notify_one();
+      return work;
+    }
+  }
+  // Shut down or aborted meanwhile (PyTorch aborts every group inside a coalescing region): an
+  // empty region is done; held operations fail.
+  std::exception_ptr error;
+  if (batch.size() > 1)
+    error = std::make_exception_ptr(c10::DistBackendError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        "loom: the process group was shut down or aborted before the coalesced operations ran"));
+  for (Op& op : batch) op.work->complete(error);
+  return work;
+}
+
+// ---- the operations
+// -------------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                      const c10d::BroadcastOptions& opts) {
+  const at::Tensor t = single(tensors, "broadcast");
+  const Buf b = buf(t, "broadcast");
+  checkRank(opts.rootRank, getSize(), "broadcast", "root");
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "loom:broadcast", {t}, [this, b, root] {
+    check(loomBroadcast(b.ptr, b.ptr, b.count, b.type, root, comm_, nullptr), "broadcast");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(!opts.sparseIndices.has_value(),
+              "loom: all_reduce of sparse tensors is not supported");
+  const at::Tensor t = single(tensors, "all_reduce");
+  const Reduction red = reduction(opts.reduceOp, t, "all_reduce");
+  const Buf b = buf(t, "all_reduce", red.use);
+  return enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", {t}, [this, b, red, t] {
+    red.prepare(t);
+    check(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr), "all_reduce");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "loom: allreduce_coalesced: no tensors");
+  std::vector<std::pair<Buf, Reduction>> calls;
+  for (const at::Tensor& t : tensors) {
+    Reduction red = reduction(opts.reduceOp, t, "allreduce_coalesced");
+    calls.emplace_back(buf(t, "allreduce_coalesced", red.use), red);
+  }
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "loom:allreduce_coalesced", tensors,
+                 [this, calls, tensors] {
+                   for (size_t i = 0; i < calls.size(); ++i) calls[i].second.prepare(tensors[i]);
+                   check(loomGroupStart(), "loomGroupStart");
+                   for (const auto& [b, red] : calls)
+                     loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr);
+                   check(loomGroupEnd(), "allreduce_coalesced");
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                   const c10d::ReduceOptions& opts) {
+  const at::Tensor t = single(tensors, "reduce");
+  const Reduction red = reduction(opts.reduceOp, t, "reduce");
+  const Buf b = buf(t, "reduce", red.use);
+  checkRank(opts.rootRank, getSize(), "reduce", "root");
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::REDUCE, "loom:reduce", {t}, [this, b, red, t, root] {
+    red.prepare(t);
+    check(loomReduce(b.ptr, b.ptr, b.count, b.type, red.op, root, comm_, nullptr), "reduce");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
+              "loom: all_gather: one input tensor and one output list per process expected");
+  return allgather_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
+              "loom: all_gather: ", inputs.size(), " inputs and ", outputLists.size(),
+              " output lists");
+  struct Call {
+    Buf in;
+    at::Tensor flat;
+    std::vector<at::Tensor> outs;
+  };
+  std::vector<Call> calls;
+  std::vector<at::Tensor> all;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& in = inputs[i];
+    TORCH_CHECK(static_cast<int>(outputLists[i].size()) == getSize(),
+                "loom: all_gather: ", outputLists[i].size(), " output tensors for ", getSize(),
+                " ranks");
+    for (const at::Tensor& o : outputLists[i]) {
+      sameShape(o, in, "all_gather", "every output tensor");
+      TORCH_CHECK(!o.is_cuda() && o.device().is_cpu(), "loom: all_gather: outputs on ", o.device());
+      all.push_back(o);
+    }
+    Call c;
+    c.in = buf(in, "all_gather");
+    c.flat = at::empty({getSize() * in.numel()}, in.options());
+    c.outs = outputLists[i];
+    calls.push_back(std::move(c));
+  }
+  auto issue = [this, calls] {
+    check(loomGroupStart(), "loomGroupStart");
+    for (const Call& c : calls) {
+      const Buf f = buf(c.flat, "all_gather");
+      loomAllGather(c.in.ptr, f.ptr, c.in.count, c.in.type, comm_, nullptr);
+    }
+    check(loomGroupEnd(), "all_gather");
+  };
+  auto finish = [calls, n = getSize()] {
+    for (const Call& c : calls) {
+      const int64_t each = c.flat.numel() / n;
+      for (int r = 0; r < n; ++r)
+        c.outs[r].copy_(c.flat.narrow(0, r * each, each).view_as(c.outs[r]));
+    }
+  };
+  return enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", all, issue, finish);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                            const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outs = {output}, ins = {input};
+  return allgather_into_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
+              "loom: all_gather_into_tensor: ", inputs.size(), " inputs and ", outputs.size(),
+              " outputs");
+  std::vector<std::pair<Buf, Buf>> calls;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
+                    outputs[i].numel() == getSize() * inputs[i].numel(),
+                "loom: all_gather_into_tensor: the output must hold ", getSize(), " x ",
+                inputs[i].numel(), " elements of ", inputs[i].scalar_type(), "; it has ",
+                outputs[i].numel(), " of ", outputs[i].scalar_type());
+    calls.emplace_back(buf(inputs[i], "all_gather_into_tensor"),
+                       buf(outputs[i], "all_gather_into_tensor"));
+  }
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor", outputs,
+                 [this, calls] {
+                   check(loomGroupStart(), "loomGroupStart");
+                   for (const auto& [in, out] : calls)
+                     loomAllGather(in.ptr, out.ptr, in.count, in.type, comm_, nullptr);
+                   check(loomGroupEnd(), "all_gather_into_tensor");
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                   std::vector<at::Tensor>& inputs,
+                                                   const c10d::GatherOptions& opts) {
+  const at::Tensor in = single(inputs, "gather");
+  const Buf b = buf(in, "gather");
+  checkRank(opts.rootRank, getSize(), "gather", "root");
+  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
+  std::vector<at::Tensor> outs;
+  if (me == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == n,
+                "loom: gather: the root needs one list of ", n, " output tensors");
+    outs = outputs[0];
+    for (const at::Tensor& o : outs) {
+      sameShape(o, in, "gather", "every output tensor");
+      buf(o, "gather");
+    }
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "loom: gather: only the root passes output tensors");
+  }
+  auto issue = [this, b, outs, root, me, n] {
+    check(loomGroupStart(), "loomGroupStart");
+    if (me == root) {
+      for (int r = 0; r < n; ++r) {
+        if (r == root) continue;
+        const Buf o = buf(outs[r], "gather");
+        loomRecv(o.ptr, o.count, o.type, r, comm_, nullptr);
+      }
+    } else {
+      loomSend(b.ptr, b.count, b.type, root, comm_, nullptr);
+    }
+    check(loomGroupEnd(), "gather");
+  };
+  auto finish = [outs, in, root, me] {
+    if (me == root) outs[root].copy_(in.view_as(outs[root]));
+  };
+  return enqueue(c10d::OpType::GATHER, "loom:gather", outs, issue, finish);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                                    const c10d::ScatterOptions& opts) {
+  const at::Tensor out = single(outputs, "scatter");
+  const Buf o = buf(out, "scatter");
+  checkRank(opts.rootRank, getSize(), "scatter", "root");
+  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
+  std::vector<at::Tensor> ins;
+  if (me == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == n,
+                "loom: scatter: the root needs one list of ", n, " input tensors");
+    ins = inputs[0];
+    for (const at::Tensor& i : ins) {
+      sameShape(i, out, "scatter", "every input tensor");
+      buf(i, "scatter");
+    }
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "loom: scatter: only the root passes input tensors");
+  }
+  auto issue = [this, o, out, ins, root, me, n] {
+    if (me == root) out.copy_(ins[root].view_as(out));
+    check(loomGroupStart(), "loomGroupStart");
+    if (me == root) {
+      for (int r = 0; r < n; ++r) {
+        if (r == root) continue;
+        const Buf i = buf(ins[r], "scatter");
+        loomSend(i.ptr, i.count, i.type, r, comm_, nullptr);
+      }
+    } else {
+      loomRecv(o.ptr, o.count, o.type, root, comm_, nullptr);
+    }
+    check(loomGroupEnd(), "scatter");
+  };
+  return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, issue);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor out = single(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "loom: reduce_scatter: one list of ", getSize(), " input tensors expected");
+  const Reduction red = reduction(opts.reduceOp, out, "reduce_scatter");
+  const Buf o = buf(out, "reduce_scatter", red.use);
+  std::vector<at::Tensor> ins = inputs[0];
+  for (const at::Tensor& i : ins) {
+    sameShape(i, out, "reduce_scatter", "every input tensor");
+    buf(i, "reduce_scatter", red.use);
+  }
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", {out}, [this, o, red, ins] {
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& i : ins) flat.push_back(i.reshape(-1));
+    at::Tensor all = at::cat(flat);
+    red.prepare(all);
+    const Buf a = buf(all, "reduce_scatter", red.use);
+    check(loomReduceScatter(a.ptr, o.ptr, o.count, o.type, red.op, comm_, nullptr),
+          "reduce_scatter");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outs = {output}, ins = {input};
+  return reduce_scatter_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
+              "loom: reduce_scatter_tensor: ", inputs.size(), " inputs and ", outputs.size(),
+              " outputs");
+  struct Call {
+    Buf in, out;
+    Reduction red;
+    at::Tensor input;
+  };
+  std::vector<Call> calls;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
+                    inputs[i].numel() == getSize() * outputs[i].numel(),
+                "loom: reduce_scatter_tensor: the input must hold ", getSize(), " x ",
+                outputs[i].numel(), " elements of ", outputs[i].scalar_type(), "; it has ",
+                inputs[i].numel(), " of ", inputs[i].scalar_type());
+    Reduction red = reduction(opts.reduceOp, inputs[i], "reduce_scatter_tensor");
+    calls.push_back({buf(inputs[i], "reduce_scatter_tensor", red.use),
+                     buf(outputs[i], "reduce_scatter_tensor", red.use), red, inputs[i]});
+  }
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor", outputs, [this, calls] {
+        for (const Call& c : calls) c.red.prepare(c.input);
+        check(loomGroupStart(), "loomGroupStart");
+        for (const Call& c : calls)
+          loomReduceScatter(c.in.ptr, c.out.ptr, c.out.count, c.out.type, c.red.op, comm_, nullptr);
+        check(loomGroupEnd(), "reduce_scatter_tensor");
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                          std::vector<int64_t>& outputSplits,
+                                                          std::vector<int64_t>& inputSplits,
+                                                          const c10d::AllToAllOptions&) {
+  const int n = getSize(), me = getRank();
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "loom: all_to_all_single: output ",
+              output.scalar_type(), " and input ", input.scalar_type(), " differ");
+  const Buf in = buf(input, "all_to_all_single"), out = buf(output, "all_to_all_single");
+  const auto sendAt = slices(input, inputSplits, n, "all_to_all_single", "input");
+  const auto recvAt = slices(output, outputSplits, n, "all_to_all_single", "output");
+  const size_t elem = input.element_size();
+  const bool equal = inputSplits.empty() && outputSplits.empty();
+  if (equal)
+    TORCH_CHECK(input.numel() == output.numel(), "loom: all_to_all_single: input has ",
+                input.numel(), " elements and output ", output.numel());
+  TORCH_CHECK(sendAt[me].second == recvAt[me].second, "loom: all_to_all_single: this rank sends ",
+              sendAt[me].second, " elements to itself but expects ", recvAt[me].second);
+  const size_t per = in.count / std::max<size_t>(1, static_cast<size_t>(input.numel()));
+  auto issue = [this, in, out, sendAt, recvAt, elem, equal, per, n, me] {
+    if (equal) {
+      check(loomAllToAll(in.ptr, out.ptr, in.count / n, in.type, comm_, nullptr),
+            "all_to_all_single");
+      return;
+    }
+    // Unequal slices: this rank's own by a copy, the others as sends and receives in one group.
+    std::memcpy(static_cast<char*>(out.ptr) + recvAt[me].first * elem,
+                static_cast<const char*>(in.ptr) + sendAt[me].first * elem,
+                sendAt[me].second * elem);
+    check(loomGroupStart(), "loomGroupStart");
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      if (sendAt[r].second > 0)
+        loomSend(static_cast<const char*>(in.ptr) + sendAt[r].first * elem, sendAt[r].second * per,
+                 in.type, r, comm_, nullptr);
+      if (recvAt[r].second > 0)
+        loomRecv(static_cast<char*>(out.ptr) + recvAt[r].first * elem, recvAt[r].second * per,
+                 out.type, r, comm_, nullptr);
+    }
+    check(loomGroupEnd(), "all_to_all_single");
+  };
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, issue);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllToAllOptions&) {
+  const int n = getSize(), me = getRank();
+  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+              "loom: all_to_all: ", n, " input and ", n, " output tensors expected; got ",
+              inputs.size(), " and ", outputs.size());
+  std::vector<Buf> ins, outs;
+  for (int r = 0; r < n; ++r) {
+    ins.push_back(buf(inputs[r], "all_to_all"));
+    outs.push_back(buf(outputs[r], "all_to_all"));
+  }
+  TORCH_CHECK(inputs[me].numel() == outputs[me].numel() &&
+                  inputs[me].scalar_type() == outputs[me].scalar_type(),
+              "loom: all_to_all: this rank's own input and output differ");
+  auto issue = [this, ins, outs, inputs, outputs, n, me] {
+    outputs[me].copy_(inputs[me]);
+    check(loomGroupStart(), "loomGroupStart");
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      if (ins[r].count > 0) loomSend(ins[r].ptr, ins[r].count, ins[r].type, r, comm_, nullptr);
+      if (outs[r].count > 0) loomRecv(outs[r].ptr, outs[r].count, outs[r].type, r, comm_, nullptr);
+    }
+    check(loomGroupEnd(), "all_to_all");
+  };
+  return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, issue);
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                 int) {
+  const at::Tensor t = single(tensors, "send");
+  const Buf b = buf(t, "send");
+  checkRank(dstRank, getSize(), "send", "destination");
+  return enqueue(c10d::OpType::SEND, "loom:send", {t}, [this, b, dstRank] {
+    check(loomSend(b.ptr, b.count, b.type, dstRank, comm_, nullptr), "send");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                 int) {
+  const at::Tensor t = single(tensors, "recv");
+  const Buf b = buf(t, "recv");
+  checkRank(srcRank, getSize(), "recv", "source");
+  return enqueue(c10d::OpType::RECV, "loom:recv", {t}, [this, b, srcRank] {
+    check(loomRecv(b.ptr, b.count, b.type, srcRank, comm_, nullptr), "recv");
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false,
+              "loom: recv from any source is not supported: Loom, like NCCL, receives from a "
+              "named rank (pass src)");
+}
+
+c10::intrusive_ptr<c10d::Work> LoomBackend::barrier(const c10d::BarrierOptions&) {
+  at::Tensor token = at::zeros({1}, at::kByte);
+  const Buf b = buf(token, "barrier");
+  return enqueue(c10d::OpType::BARRIER, "loom:barrier", {}, [this, b, token] {
+    check(loomAllReduce(b.ptr, b.ptr, 1, loomUint8, loomSum, comm_, nullptr), "barrier");
+  });
+}
+
+}  // namespace loom_torch

@@ -1,0 +1,137 @@
+// loom_torch: Loom as a torch.distributed backend (c10d::Backend over Loom's C API only).
+//
+// One Loom communicator per process group, made in the constructor from a unique id that rank 0
+// publishes through the group's Store (so torchrun, mp.spawn and init_method="tcp://..." work
+// unchanged). Every operation is queued to one worker thread that owns the communicator (Loom's
+// rule: calls on a communicator must not overlap) and returns a Work at once; the worker runs the
+// Loom calls, then completes the Work and its Future (the output tensors, or the error). Between
+// startCoalescing and endCoalescing the operations are held and run as one Loom group.
+//
+// Tensors: CPU, contiguous, every dtype Loom has (bool as uint8, complex as pairs of reals where
+// the operation allows it). CUDA tensors are refused with a clear error for now.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom_torch {
+
+// A queued operation's Work: completed by the worker, with a Future of the output tensors.
+class LoomWork : public c10d::Work {
+ public:
+  LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Called once by the worker: the Work, then its Future, are done (exception: failed).
+  void complete(std::exception_ptr exception);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class LoomBackend : public c10d::Backend {
+ public:
+  // Collective over the group: rank 0 makes the unique id and sets it in store; every rank
+  // joins. timeout is every wait's deadline (Loom's loomConfig_t.timeoutMs).
+  LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+              std::chrono::milliseconds timeout);
+  ~LoomBackend() override;
+
+  const std::string getBackendName() const override { return "loom"; }
+  bool supportsCoalescing() const override { return true; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // loomCommAbort: operations in flight fail at once, queued ones fail; the backend is dead.
+  void abort() override;
+  // Runs what is queued, then destroys the communicator.
+  void shutdown() override;
+
+ private:
+  // One operation: `issue` makes the Loom calls (inside a group when coalescing), `finish` runs
+  // after they completed (copies out of temporaries); then the Work completes.
+  struct Op {
+    std::function<void()> issue;
+    std::function<void()> finish;
+    c10::intrusive_ptr<LoomWork> work;
+  };
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
+                                         std::vector<at::Tensor> outputs,
+                                         std::function<void()> issue,
+                                         std::function<void()> finish = nullptr);
+  void run();                           // the worker
+  void runBatch(std::vector<Op>& ops);  // on the worker: one op, or a coalesced group
+  void stop(bool drain);
+
+  loomComm_t comm_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<Op>> queue_;  // each entry runs as one batch
+  bool stopping_ = false;
+  bool coalescing_ = false;
+  std::vector<Op> coalesced_;
+  std::thread worker_;
+};
+
+}  // namespace loom_torch

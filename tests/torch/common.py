@@ -1,0 +1,88 @@
+"""Shared by the loom_torch tests: launching ranks and comparing results.
+
+Each test script runs its ranks with torch.multiprocessing (mp.spawn), or under torchrun when
+torchrun's RANK/WORLD_SIZE are set. Every rank makes the "loom" default process group and, beside
+it, a gloo group over the same ranks: results are compared between the two in the same
+processes, and against values computed from every rank's inputs.
+"""
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import loom_torch  # noqa: F401  (registers "loom")
+
+TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("LOOMTEST_TORCH_TIMEOUT", "60")))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init(rank, world_size, port, backend="loom"):
+    """The default group on backend (tcp:// rendezvous, or torchrun's env://), and a gloo group."""
+    if port is None:
+        dist.init_process_group(backend, timeout=TIMEOUT)
+    else:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size, timeout=TIMEOUT)
+    return dist.new_group(backend="gloo", timeout=TIMEOUT)
+
+
+def _entry(rank, fn, world_size, port, args):
+    try:
+        fn(rank, world_size, port, *args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # a failing rank must not wait for the others in destroy_process_group
+
+
+def launch(fn, *args):
+    """Runs fn(rank, world_size, port, *args) on --nprocs ranks (mp.spawn), or on this process's
+    rank under torchrun (port None: env:// rendezvous)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nprocs", type=int, default=2)
+    opts, _ = parser.parse_known_args()
+    if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        _entry(int(os.environ["RANK"]), fn, int(os.environ["WORLD_SIZE"]), None, args)
+        return
+    mp.spawn(_entry, args=(fn, opts.nprocs, free_port(), args), nprocs=opts.nprocs, join=True)
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def same(got, want, what, exact=True):
+    """Equal tensors (bit for bit where exact, else within float tolerance)."""
+    ok = torch.equal(got, want) if exact else torch.allclose(
+        got.double() if not got.is_complex() else got, want.double() if not want.is_complex()
+        else want, rtol=1e-3, atol=1e-3)
+    if not ok:
+        raise AssertionError(f"{what}: got {got.flatten()[:8].tolist()} ... expected "
+                             f"{want.flatten()[:8].tolist()} ... ({got.dtype}, {tuple(got.shape)})")
+
+
+def raises(fn, words, what):
+    """fn() must raise an exception whose message has every word of words."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        if missing:
+            raise AssertionError(f"{what}: the error does not say {missing}: {msg}") from e
+        return msg
+    raise AssertionError(f"{what}: no exception")
