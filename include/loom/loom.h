@@ -38,7 +38,11 @@
  * during the call only.
  *
  * Handles. A loomComm_t is the caller's from the call that returns it until loomCommDestroy or
- * loomCommAbort; after either it must not be used again, by any thread.
+ * loomCommAbort. After loomCommDestroy it must not be used again, by any thread. After
+ * loomCommAbort (from any thread, at any moment) the handle itself stays valid: a call that
+ * another thread starts on it, during or after the abort, returns loomAborted (as does a group
+ * holding its calls), loomCommGetAsyncError reports loomAborted, and loomCommDestroy or a second
+ * loomCommAbort of it is a no-op; only the handle's few bytes are kept.
  *
  * Threads. Calls on one communicator must not overlap (as in NCCL): one thread at a time, and the
  * calls a thread has queued in an open group hold the communicator until its loomGroupEnd. The
@@ -184,16 +188,17 @@ LOOM_API loomResult_t loomCommFinalize(loomComm_t comm);
  * rank's memory, and ~200 ms for a goodbye to its bootstrap neighbours). NULL: no-op. */
 LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
 /* From any thread: raises comm's abort flag (calls blocked on it return loomAborted within
- * milliseconds), drops this thread's queued calls on it, waits up to about 10 s for running calls
- * to leave, then frees comm as loomCommDestroy does, without the goodbye. If a call is still
- * running after 10 s, it returns and leaves comm allocated (leaked) rather than free it under the
- * call. Either way comm is dead: no thread may start a call on it once this is called. */
+ * milliseconds, calls starting on it from now on return loomAborted at once), drops this thread's
+ * queued calls on it, waits up to about 10 s for running calls to leave, then frees comm's
+ * resources as loomCommDestroy does, without the goodbye. If a call is still running after 10 s,
+ * it returns and leaves them allocated (leaked) rather than free them under the call. Either way
+ * comm is dead; the handle stays valid (see 'Handles' above). */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
 /* loomSuccess while healthy; loomAborted once aborted; else the error that broke the
  * communicator (a call enqueued on a stream reports its failure here), and then
  * loomGetLastError() says what happened. Returns at once; may run on another thread while a call
- * runs on comm (it reads the failure state under a lock), but not once loomCommDestroy or
- * loomCommAbort has begun. */
+ * runs on comm (it reads the failure state under a lock), and during or after loomCommAbort, but
+ * not once loomCommDestroy has begun. */
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 /* The number of ranks of comm / this rank in it. Both return at once. */
 LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int* count);

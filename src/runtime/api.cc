@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -27,6 +29,11 @@
 
 struct loomComm {
   std::unique_ptr<loom::Comm> impl;
+  // The calls running on this handle, and whether loomCommAbort has begun. They live here, in the
+  // handle, which an abort never frees (loomCommAbort frees impl and keeps the handle): a call
+  // that starts while or after another thread aborts reads them safely and returns loomAborted.
+  std::atomic<int> calls{0};
+  std::atomic<bool> aborting{false};
 };
 
 namespace loom {
@@ -63,25 +70,37 @@ loomResult_t guarded(const char* call, Fn&& fn) {
   }
 }
 
-// Marks a comm busy for the duration of a call, so that loomCommAbort from another thread waits
-// for the call to leave before freeing the communicator.
+// Marks a handle busy for the duration of a call, so that loomCommAbort from another thread waits
+// for the call to leave before freeing the communicator. The call counts itself first, then looks
+// at the abort flag (both sequentially consistent, as loomCommAbort raises the flag, then reads
+// the count): either the abort waits for the call, or the call sees the abort and touches
+// nothing (check()).
 class CallScope {
  public:
-  explicit CallScope(Comm* c) : c_(c) {
-    c_->activeCalls.fetch_add(1, std::memory_order_acq_rel);
-    logSetThreadRank(c_->rank());
+  explicit CallScope(loomComm_t h) : h_(h) {
+    if (h_ != nullptr) h_->calls.fetch_add(1);
   }
-  ~CallScope() { c_->activeCalls.fetch_sub(1, std::memory_order_acq_rel); }
+  ~CallScope() {
+    if (h_ != nullptr) h_->calls.fetch_sub(1);
+  }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
+  // NULL, or aborted (from any thread, before or during this call), or else the communicator.
+  Result<Comm*> check() const {
+    if (h_ == nullptr) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    if (h_->aborting.load()) return LOOM_ERROR(kAborted, "the communicator was aborted");
+    if (!h_->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    logSetThreadRank(h_->impl->rank());
+    return h_->impl.get();
+  }
 
  private:
-  Comm* c_;
+  loomComm_t h_;
 };
 
-Status checkComm(loomComm_t comm) {
-  if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
-  Comm* c = comm->impl.get();
+// A communicator that is usable: not NULL, not aborted, not failed.
+Status checkComm(const CallScope& scope) {
+  LOOM_ASSIGN(Comm * c, scope.check());
   if (c->aborted()) return LOOM_ERROR(kAborted, "the communicator was aborted");
   Status async = c->asyncError();
   if (!async.isOk())
@@ -277,12 +296,11 @@ Status runOnDevice(Comm* c, std::vector<QueuedOp> ops) {
 
 // Validates a call and queues it (in a group) or runs it.
 Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
-  if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
-  Comm* c = comm->impl.get();
   // Counted as running before anything else is read: loomCommAbort from another thread waits for
   // it instead of freeing the communicator under it.
-  CallScope scope(c);
-  LOOM_TRY(checkComm(comm));
+  CallScope scope(comm);
+  LOOM_TRY(checkComm(scope));
+  Comm* c = comm->impl.get();
   if (!validDataType(a.rawDtype))
     return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", a.rawDtype,
                       loomNumTypes - 1);
@@ -318,6 +336,7 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
   QueuedOp q;
   LOOM_TRY(checkDevice(c, a, stream, &q));
   q.comm = c;
+  q.handle = comm;
   q.args = a;
   q.stream = stream;
   if (tGroup.depth > 0) {
@@ -334,7 +353,12 @@ Status runGroup(std::vector<QueuedOp> ops) {
   for (const auto& q : ops) {
     if (std::find(seen.begin(), seen.end(), q.comm) != seen.end()) continue;
     seen.push_back(q.comm);
-    scopes.push_back(std::make_unique<CallScope>(q.comm));
+    scopes.push_back(std::make_unique<CallScope>(q.handle));
+    // A communicator aborted (by another thread) since its calls were queued fails the group
+    // before anything runs; an aborted handle's communicator is not touched.
+    Status st = scopes.back()->check().status();
+    if (!st.isOk()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
+    if (q.comm->aborted()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
   }
   // The communicators with device calls (or a runner) run theirs on their runner threads, posted
   // first so that they progress together with the host calls this thread runs.
@@ -417,10 +441,10 @@ OpArgs collArgs(CollKind coll, const void* sendbuff, void* recvbuff, size_t coun
 
 // Drops this thread's queued (not yet run) group operations on a communicator being freed.
 void forgetQueued(loomComm_t comm) {
-  if (!comm || !comm->impl) return;
-  Comm* c = comm->impl.get();
+  if (!comm) return;
   auto& ops = tGroup.ops;
-  ops.erase(std::remove_if(ops.begin(), ops.end(), [c](const QueuedOp& q) { return q.comm == c; }),
+  ops.erase(std::remove_if(ops.begin(), ops.end(),
+                           [comm](const QueuedOp& q) { return q.handle == comm; }),
             ops.end());
 }
 
@@ -443,7 +467,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
                               loomDataType_t datatype, int root, int inPlace,
                               loomPlanInfo_t* info) {
   return guarded("loomCommPlanInfo", [&]() -> Status {
-    LOOM_TRY(checkComm(comm));
+    CallScope scope(comm);
+    LOOM_TRY(checkComm(scope));
     if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
     std::memset(info, 0, sizeof(*info));
     // loomCollective_t numbers the collectives in kCollectives' order.
@@ -496,7 +521,8 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
 
 loomResult_t loomCommSetAlgo(loomComm_t comm, const char* spec) {
   return guarded("loomCommSetAlgo", [&]() -> Status {
-    LOOM_TRY(checkComm(comm));
+    CallScope scope(comm);
+    LOOM_TRY(checkComm(scope));
     // The calls of an open group choose their algorithms at loomGroupEnd: which setting would
     // apply to which would depend on that.
     if (tGroup.depth > 0)
@@ -534,10 +560,10 @@ loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** h
   return guarded("loomCommRegister", [&]() -> Status {
     if (!handle) return LOOM_ERROR(kInvalidArgument, "handle is NULL");
     *handle = nullptr;
-    LOOM_TRY(checkComm(comm));
+    CallScope scope(comm);
+    LOOM_TRY(checkComm(scope));
     if (!buff) return LOOM_ERROR(kInvalidArgument, "buff is NULL");
     if (size == 0) return LOOM_ERROR(kInvalidArgument, "size is 0");
-    CallScope scope(comm->impl.get());
     LOOM_ASSIGN(*handle, comm->impl->registrations().add(buff, size));
     return Status();
   });
@@ -547,9 +573,9 @@ loomResult_t loomCommDeregister(loomComm_t comm, void* handle) {
   return guarded("loomCommDeregister", [&]() -> Status {
     // A communicator that failed still releases its registrations (its connections are closed:
     // only the record goes).
-    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    CallScope scope(comm);
+    LOOM_TRY(scope.check().status());
     if (!handle) return LOOM_ERROR(kInvalidArgument, "handle is NULL");
-    CallScope scope(comm->impl.get());
     return comm->impl->registrations().remove(handle);
   });
 }
@@ -628,12 +654,12 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   return guarded("loomCommSplit", [&]() -> Status {
     if (!newcomm) return LOOM_ERROR(kInvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
-    LOOM_TRY(checkComm(comm));
+    CallScope scope(comm);
+    LOOM_TRY(checkComm(scope));
     LOOM_TRY(checkConfig(config));
     if (color < LOOM_SPLIT_NOCOLOR)
       return LOOM_ERROR(kInvalidArgument, "color {} must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
     if (tGroup.depth > 0) return LOOM_ERROR(kInvalidUsage, "loomCommSplit inside a group");
-    CallScope scope(comm->impl.get());
     LOOM_TRY(comm->impl->quiesce());
     LOOM_ASSIGN(std::unique_ptr<Comm> c, comm->impl->split(color, key, config));
     if (c) {
@@ -647,7 +673,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 
 loomResult_t loomCommFinalize(loomComm_t comm) {
   return guarded("loomCommFinalize", [&]() -> Status {
-    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    CallScope scope(comm);
+    LOOM_TRY(scope.check().status());
     // Host calls complete before they return: nothing is outstanding.
     return Status();
   });
@@ -655,6 +682,8 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
 
 loomResult_t loomCommDestroy(loomComm_t comm) {
   return guarded("loomCommDestroy", [&]() -> Status {
+    // An aborted handle stays allocated (see loomCommAbort): nothing is left to free.
+    if (comm != nullptr && comm->aborting.load()) return Status();
     forgetQueued(comm);
     delete comm;
     return Status();
@@ -664,26 +693,41 @@ loomResult_t loomCommDestroy(loomComm_t comm) {
 loomResult_t loomCommAbort(loomComm_t comm) {
   return guarded("loomCommAbort", [&]() -> Status {
     if (!comm) return Status();
+    // The flag first: a call that starts from now on sees it and returns loomAborted without
+    // touching the communicator (CallScope); then the calls already running are woken.
+    if (comm->aborting.exchange(true)) return Status();  // another thread is aborting it
     Comm* c = comm->impl.get();
     forgetQueued(comm);
     c->requestAbort();
     // Blocked calls see the flag within milliseconds; wait for them to leave before freeing.
-    for (int i = 0; i < 10000 && c->activeCalls.load(std::memory_order_acquire) > 0; ++i)
+    for (int i = 0; i < 10000 && comm->calls.load() > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (c->activeCalls.load(std::memory_order_acquire) > 0) {
+    if (comm->calls.load() > 0) {
       LOOM_WARN(
           "loomCommAbort: a call is still running on the communicator after 10 s; leaking it");
       return Status();
     }
-    delete comm;
+    // The communicator goes; the handle (a few bytes) stays, reachable here, so that a call made
+    // on it by a thread that has not heard of the abort fails cleanly instead of reading freed
+    // memory.
+    comm->impl.reset();
+    static std::mutex mu;
+    static auto* kept = new std::vector<loomComm_t>();
+    std::lock_guard<std::mutex> lk(mu);
+    kept->push_back(comm);
     return Status();
   });
 }
 
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
   return guarded("loomCommGetAsyncError", [&]() -> Status {
-    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
     if (!asyncError) return LOOM_ERROR(kInvalidArgument, "asyncError is NULL");
+    CallScope scope(comm);
+    if (comm != nullptr && comm->aborting.load()) {
+      *asyncError = loomAborted;
+      return Status();
+    }
+    LOOM_TRY(scope.check().status());
     Status st = comm->impl->asyncError();
     *asyncError = comm->impl->aborted() && st.isOk() ? loomAborted : st.result();
     // What broke it, for loomGetLastError (the call itself succeeded).
@@ -694,7 +738,8 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
 
 loomResult_t loomCommCount(const loomComm_t comm, int* count) {
   return guarded("loomCommCount", [&]() -> Status {
-    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    CallScope scope(comm);
+    LOOM_TRY(scope.check().status());
     if (!count) return LOOM_ERROR(kInvalidArgument, "count is NULL");
     *count = comm->impl->nranks();
     return Status();
@@ -703,7 +748,8 @@ loomResult_t loomCommCount(const loomComm_t comm, int* count) {
 
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
   return guarded("loomCommUserRank", [&]() -> Status {
-    if (!comm || !comm->impl) return LOOM_ERROR(kInvalidArgument, "comm is NULL");
+    CallScope scope(comm);
+    LOOM_TRY(scope.check().status());
     if (!rank) return LOOM_ERROR(kInvalidArgument, "rank is NULL");
     *rank = comm->impl->rank();
     return Status();
@@ -723,10 +769,6 @@ loomResult_t loomGroupEnd(void) {
     if (--tGroup.depth > 0) return Status();
     std::vector<QueuedOp> ops;
     ops.swap(tGroup.ops);
-    // A comm that failed or was aborted since its op was queued fails the group here.
-    for (const auto& q : ops) {
-      if (q.comm->aborted()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
-    }
     return runGroup(std::move(ops));
   });
 }

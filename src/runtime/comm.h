@@ -191,8 +191,6 @@ class Comm {
   const std::atomic<bool>* abortFlag() const { return failure_.abortFlag(); }
   // Sets the abort flag and wakes blocked calls; safe from any thread.
   void requestAbort() { failure_.requestAbort(); }
-  // Calls currently running on this comm (abort waits for them to leave).
-  std::atomic<int> activeCalls{0};
 
  private:
   Comm() = default;

@@ -92,6 +92,7 @@ struct QueuedOp {
   // before an enqueued call runs then faults on the device, as with NCCL, instead of being read
   // by the host).
   bool inDevice = false, outDevice = false;
+  loomComm_t handle = nullptr;  // the caller's handle (whether it was aborted since it was queued)
 };
 
 // Runs the ops to completion (or failure, abort, or LOOM_TIMEOUT without progress). On failure the

@@ -709,6 +709,53 @@ TEST(Failure, AbortWakesABlockedCall) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
+// loomCommAbort from another thread at any moment: a thread that keeps calling (or that queued
+// calls in a group before the abort and ends the group after it) gets loomAborted and never
+// touches the freed communicator (the handle stays valid: ASan would see a use after free); a
+// later loomCommDestroy of the aborted handle is harmless.
+TEST(Failure, CallsRacingAnAbortFailCleanly) {
+  for (int round = 0; round < 40; ++round) {
+    ThreadRanks tr(1);  // one rank: every call returns at once, so the caller keeps entering
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    std::atomic<bool> go{false};
+    std::vector<loomResult_t> seen;
+    std::thread caller([&] {
+      std::vector<float> buf(16);
+      while (!go) std::this_thread::yield();
+      for (int i = 0; i < 100000; ++i) {
+        loomResult_t r;
+        if (round % 2 == 0) {
+          r = loomAllReduce(buf.data(), buf.data(), 16, loomFloat32, loomSum, tr.comm(0), nullptr);
+        } else {  // queued in a group before the abort, run after it
+          loomGroupStart();
+          loomResult_t q =
+              loomAllReduce(buf.data(), buf.data(), 16, loomFloat32, loomSum, tr.comm(0), nullptr);
+          r = loomGroupEnd();
+          if (q != loomSuccess) r = q;
+        }
+        seen.push_back(r);
+        if (r != loomSuccess) break;
+      }
+    });
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * (round % 7)));
+    EXPECT_EQ(loomCommAbort(tr.comm(0)), loomSuccess) << loomGetLastError();
+    caller.join();
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), loomAborted) << "round " << round << ": " << seen.size() << " calls";
+    // After the abort: every call on the handle says so.
+    std::vector<float> buf(16);
+    EXPECT_EQ(loomAllReduce(buf.data(), buf.data(), 16, loomFloat32, loomSum, tr.comm(0), nullptr),
+              loomAborted);
+    loomResult_t async = loomSuccess;
+    EXPECT_EQ(loomCommGetAsyncError(tr.comm(0), &async), loomSuccess);
+    EXPECT_EQ(async, loomAborted);
+    EXPECT_EQ(loomCommAbort(tr.comm(0)), loomSuccess);
+    EXPECT_EQ(loomCommDestroy(tr.comm(0)), loomSuccess);
+    tr.release(0);
+  }
+}
+
 TEST(Failure, DeadlinePassesWithATimeoutError) {
   loomUniqueId id;
   ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
