@@ -89,6 +89,12 @@ def check_all_reduce(rank, n, gloo):
     t = inputs[rank].clone()
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
     same(t, reduce_all(inputs, "SUM", torch.float32) * 0.5, "all_reduce PREMUL_SUM 0.5")
+    big = torch.cat([data(rank, 4, torch.float32, salt=70 + j) for j in range(n)])
+    keep, out = big.clone(), torch.empty(4)
+    dist.reduce_scatter_tensor(out, big, op=dist._make_nccl_premul_sum(2.0))
+    same(big, keep, "reduce_scatter_tensor PREMUL_SUM leaves its input as it was")
+    same(out, reduce_all([data(r, 4, torch.float32, salt=70 + rank) for r in range(n)], "SUM",
+                         torch.float32) * 2, "reduce_scatter_tensor PREMUL_SUM 2.0")
     # Complex sums travel as pairs of reals.
     inputs = [data(r, 300, torch.complex64, salt=7) for r in range(n)]
     t = inputs[rank].clone()

@@ -20,6 +20,40 @@ void check(loomResult_t r, const char* what) {
                                              ": ", loomGetLastError()));
 }
 
+// Loom calls issued as one group on this thread. A call refused at once keeps its error; the
+// group always ends (also when something threw, so that this thread's group state is closed),
+// and the first error is thrown at end().
+class Group {
+ public:
+  explicit Group(const char* what) : what_(what) { check(loomGroupStart(), "loomGroupStart"); }
+  ~Group() {
+    if (!ended_) loomGroupEnd();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  void add(loomResult_t r) {
+    if (r != loomSuccess && first_ == loomSuccess) {
+      first_ = r;
+      message_ = loomGetLastError();
+    }
+  }
+  void end() {
+    ended_ = true;
+    const loomResult_t r = loomGroupEnd();
+    if (first_ != loomSuccess)
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str("loom: ", what_, " failed: ", loomGetErrorString(first_), ": ", message_));
+    check(r, what_);
+  }
+
+ private:
+  const char* what_;
+  bool ended_ = false;
+  loomResult_t first_ = loomSuccess;
+  std::string message_;
+};
+
 // A tensor as Loom sees it: its data, element count and datatype.
 struct Buf {
   void* ptr = nullptr;
@@ -246,30 +280,37 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
 LoomBackend::~LoomBackend() { stop(true); }
 
 void LoomBackend::stop(bool drain) {
+  std::vector<Op> dropped;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stopping_ && !worker_.joinable() && comm_ == nullptr) return;
+    if (stopped_ || (stopping_ && drain)) return;  // done, or another thread is stopping
     stopping_ = true;
     if (!drain) {
-      // Queued operations fail without running; the one in flight fails once aborted.
       for (auto& batch : queue_)
-        for (Op& op : batch)
-          op.work->complete(std::make_exception_ptr(c10::DistBackendError(
-              {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-              "loom: the process group was aborted before this operation ran")));
+        for (Op& op : batch) dropped.push_back(std::move(op));
       queue_.clear();
+      for (Op& op : coalesced_) dropped.push_back(std::move(op));
+      coalesced_.clear();
     }
   }
   cv_.notify_all();
-  if (!drain && comm_ != nullptr) {
-    loomCommAbort(comm_);  // ends the call in flight: the worker then finds no more work
-    comm_ = nullptr;
-  }
+  // Queued operations fail without running (outside the lock: a Future's callbacks run here).
+  for (Op& op : dropped)
+    op.work->complete(std::make_exception_ptr(
+        c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                              "loom: the process group was aborted before this operation ran")));
+  // The abort wakes the call in flight (it fails), and a call the worker starts after it returns
+  // loomAborted at once: Loom keeps an aborted handle valid for exactly this.
+  if (!drain && comm_ != nullptr) loomCommAbort(comm_);
   if (worker_.joinable()) worker_.join();
-  if (comm_ != nullptr) {
-    loomCommDestroy(comm_);
-    comm_ = nullptr;
+  {
+    std::unique_lock<std::mutex> lk(mu_);  // a blocking call running on its caller's thread
+    cv_.wait(lk, [&] { return !busy_; });
   }
+  if (drain && comm_ != nullptr) loomCommDestroy(comm_);
+  comm_ = nullptr;
+  std::lock_guard<std::mutex> lk(mu_);
+  stopped_ = true;
 }
 
 void LoomBackend::abort() { stop(false); }
@@ -279,23 +320,33 @@ void LoomBackend::shutdown() { stop(true); }
 // ---- the queue and the worker -------------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const char* title,
-                                                    std::vector<at::Tensor> outputs,
+                                                    std::vector<at::Tensor> outputs, bool sync,
                                                     std::function<void()> issue,
                                                     std::function<void()> finish) {
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, std::move(outputs));
-  Op op{std::move(issue), std::move(finish), work};
+  std::vector<Op> batch;
+  batch.push_back(Op{std::move(issue), std::move(finish), work});
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     TORCH_CHECK(!stopping_, "loom: ", title, ": the process group was shut down or aborted");
     if (coalescing_) {
-      coalesced_.push_back(std::move(op));
+      coalesced_.push_back(std::move(batch[0]));
       return work;
     }
-    std::vector<Op> batch;
-    batch.push_back(std::move(op));
-    queue_.push_back(std::move(batch));
+    if (!sync || busy_ || !queue_.empty()) {
+      queue_.push_back(std::move(batch));
+      lk.unlock();
+      cv_.notify_all();
+      return work;
+    }
+    busy_ = true;  // run here, now: the worker waits
   }
-  cv_.notify_one();
+  runBatch(batch);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
   return work;
 }
 
@@ -304,12 +355,18 @@ void LoomBackend::run() {
     std::vector<Op> batch;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return !queue_.empty() || stopping_; });
+      cv_.wait(lk, [&] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
       if (queue_.empty()) return;  // stopping, and drained
       batch = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     runBatch(batch);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
   }
 }
 
@@ -322,15 +379,10 @@ void LoomBackend::runBatch(std::vector<Op>& ops) {
       for (const Op& op : ops)
         if (op.issue) op.issue();
     } else if (calls > 1) {
-      check(loomGroupStart(), "loomGroupStart");
-      try {
-        for (const Op& op : ops)
-          if (op.issue) op.issue();
-      } catch (...) {
-        loomGroupEnd();
-        throw;
-      }
-      check(loomGroupEnd(), "the coalesced operations (loomGroupEnd)");
+      Group g("the coalesced operations");
+      for (const Op& op : ops)
+        if (op.issue) op.issue();
+      g.end();
     }
     for (const Op& op : ops)
       if (op.finish) op.finish();
@@ -389,7 +441,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::broadcast(std::vector<at::Tensor>& t
   const Buf b = buf(t, "broadcast");
   checkRank(opts.rootRank, getSize(), "broadcast", "root");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "loom:broadcast", {t}, [this, b, root] {
+  return enqueue(c10d::OpType::BROADCAST, "loom:broadcast", {t}, !opts.asyncOp, [this, b, root] {
     check(loomBroadcast(b.ptr, b.ptr, b.count, b.type, root, comm_, nullptr), "broadcast");
   });
 }
@@ -401,7 +453,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& t
   const at::Tensor t = single(tensors, "all_reduce");
   const Reduction red = reduction(opts.reduceOp, t, "all_reduce");
   const Buf b = buf(t, "all_reduce", red.use);
-  return enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", {t}, [this, b, red, t] {
+  return enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", {t}, !opts.asyncOp, [this, b, red, t] {
     red.prepare(t);
     check(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr), "all_reduce");
   });
@@ -416,12 +468,12 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
     calls.emplace_back(buf(t, "allreduce_coalesced", red.use), red);
   }
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "loom:allreduce_coalesced", tensors,
-                 [this, calls, tensors] {
+                 !opts.asyncOp, [this, calls, tensors] {
                    for (size_t i = 0; i < calls.size(); ++i) calls[i].second.prepare(tensors[i]);
-                   check(loomGroupStart(), "loomGroupStart");
+                   Group g("allreduce_coalesced");
                    for (const auto& [b, red] : calls)
-                     loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr);
-                   check(loomGroupEnd(), "allreduce_coalesced");
+                     g.add(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr));
+                   g.end();
                  });
 }
 
@@ -432,7 +484,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce(std::vector<at::Tensor>& tens
   const Buf b = buf(t, "reduce", red.use);
   checkRank(opts.rootRank, getSize(), "reduce", "root");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::REDUCE, "loom:reduce", {t}, [this, b, red, t, root] {
+  return enqueue(c10d::OpType::REDUCE, "loom:reduce", {t}, !opts.asyncOp, [this, b, red, t, root] {
     red.prepare(t);
     check(loomReduce(b.ptr, b.ptr, b.count, b.type, red.op, root, comm_, nullptr), "reduce");
   });
@@ -448,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather(std::vector<std::vector<at
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
               "loom: all_gather: ", inputs.size(), " inputs and ", outputLists.size(),
               " output lists");
@@ -476,12 +528,12 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
     calls.push_back(std::move(c));
   }
   auto issue = [this, calls] {
-    check(loomGroupStart(), "loomGroupStart");
+    Group g("all_gather");
     for (const Call& c : calls) {
       const Buf f = buf(c.flat, "all_gather");
-      loomAllGather(c.in.ptr, f.ptr, c.in.count, c.in.type, comm_, nullptr);
+      g.add(loomAllGather(c.in.ptr, f.ptr, c.in.count, c.in.type, comm_, nullptr));
     }
-    check(loomGroupEnd(), "all_gather");
+    g.end();
   };
   auto finish = [calls, n = getSize()] {
     for (const Call& c : calls) {
@@ -490,7 +542,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
         c.outs[r].copy_(c.flat.narrow(0, r * each, each).view_as(c.outs[r]));
     }
   };
-  return enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", all, issue, finish);
+  return enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", all, !opts.asyncOp, issue, finish);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -501,7 +553,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& output, 
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
               "loom: all_gather_into_tensor: ", inputs.size(), " inputs and ", outputs.size(),
               " outputs");
@@ -516,11 +568,11 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
                        buf(outputs[i], "all_gather_into_tensor"));
   }
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor", outputs,
-                 [this, calls] {
-                   check(loomGroupStart(), "loomGroupStart");
+                 !opts.asyncOp, [this, calls] {
+                   Group g("all_gather_into_tensor");
                    for (const auto& [in, out] : calls)
-                     loomAllGather(in.ptr, out.ptr, in.count, in.type, comm_, nullptr);
-                   check(loomGroupEnd(), "all_gather_into_tensor");
+                     g.add(loomAllGather(in.ptr, out.ptr, in.count, in.type, comm_, nullptr));
+                   g.end();
                  });
 }
 
@@ -545,22 +597,22 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::gather(std::vector<std::vector<at::T
                 "loom: gather: only the root passes output tensors");
   }
   auto issue = [this, b, outs, root, me, n] {
-    check(loomGroupStart(), "loomGroupStart");
+    Group g("gather");
     if (me == root) {
       for (int r = 0; r < n; ++r) {
         if (r == root) continue;
         const Buf o = buf(outs[r], "gather");
-        loomRecv(o.ptr, o.count, o.type, r, comm_, nullptr);
+        g.add(loomRecv(o.ptr, o.count, o.type, r, comm_, nullptr));
       }
     } else {
-      loomSend(b.ptr, b.count, b.type, root, comm_, nullptr);
+      g.add(loomSend(b.ptr, b.count, b.type, root, comm_, nullptr));
     }
-    check(loomGroupEnd(), "gather");
+    g.end();
   };
   auto finish = [outs, in, root, me] {
     if (me == root) outs[root].copy_(in.view_as(outs[root]));
   };
-  return enqueue(c10d::OpType::GATHER, "loom:gather", outs, issue, finish);
+  return enqueue(c10d::OpType::GATHER, "loom:gather", outs, !opts.asyncOp, issue, finish);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -585,19 +637,19 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& out
   }
   auto issue = [this, o, out, ins, root, me, n] {
     if (me == root) out.copy_(ins[root].view_as(out));
-    check(loomGroupStart(), "loomGroupStart");
+    Group g("scatter");
     if (me == root) {
       for (int r = 0; r < n; ++r) {
         if (r == root) continue;
         const Buf i = buf(ins[r], "scatter");
-        loomSend(i.ptr, i.count, i.type, r, comm_, nullptr);
+        g.add(loomSend(i.ptr, i.count, i.type, r, comm_, nullptr));
       }
     } else {
-      loomRecv(o.ptr, o.count, o.type, root, comm_, nullptr);
+      g.add(loomRecv(o.ptr, o.count, o.type, root, comm_, nullptr));
     }
-    check(loomGroupEnd(), "scatter");
+    g.end();
   };
-  return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, issue);
+  return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, !opts.asyncOp, issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(
@@ -613,15 +665,16 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(
     sameShape(i, out, "reduce_scatter", "every input tensor");
     buf(i, "reduce_scatter", red.use);
   }
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", {out}, [this, o, red, ins] {
-    std::vector<at::Tensor> flat;
-    for (const at::Tensor& i : ins) flat.push_back(i.reshape(-1));
-    at::Tensor all = at::cat(flat);
-    red.prepare(all);
-    const Buf a = buf(all, "reduce_scatter", red.use);
-    check(loomReduceScatter(a.ptr, o.ptr, o.count, o.type, red.op, comm_, nullptr),
-          "reduce_scatter");
-  });
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", {out}, !opts.asyncOp,
+                 [this, o, red, ins] {
+                   std::vector<at::Tensor> flat;
+                   for (const at::Tensor& i : ins) flat.push_back(i.reshape(-1));
+                   at::Tensor all = at::cat(flat);
+                   red.prepare(all);
+                   const Buf a = buf(all, "reduce_scatter", red.use);
+                   check(loomReduceScatter(a.ptr, o.ptr, o.count, o.type, red.op, comm_, nullptr),
+                         "reduce_scatter");
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::_reduce_scatter_base(
@@ -652,20 +705,29 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
     calls.push_back({buf(inputs[i], "reduce_scatter_tensor", red.use),
                      buf(outputs[i], "reduce_scatter_tensor", red.use), red, inputs[i]});
   }
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor", outputs, [this, calls] {
-        for (const Call& c : calls) c.red.prepare(c.input);
-        check(loomGroupStart(), "loomGroupStart");
-        for (const Call& c : calls)
-          loomReduceScatter(c.in.ptr, c.out.ptr, c.out.count, c.out.type, c.red.op, comm_, nullptr);
-        check(loomGroupEnd(), "reduce_scatter_tensor");
-      });
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor", outputs,
+                 !opts.asyncOp, [this, calls] {
+                   // PREMUL_SUM: a scaled copy of the input (the caller's input is not written).
+                   std::vector<at::Tensor> scaled;
+                   Group g("reduce_scatter_tensor");
+                   for (const Call& c : calls) {
+                     Buf in = c.in;
+                     if (c.red.premul) {
+                       scaled.push_back(c.input.clone());
+                       c.red.prepare(scaled.back());
+                       in = buf(scaled.back(), "reduce_scatter_tensor", c.red.use);
+                     }
+                     g.add(loomReduceScatter(in.ptr, c.out.ptr, c.out.count, c.out.type, c.red.op,
+                                             comm_, nullptr));
+                   }
+                   g.end();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                           std::vector<int64_t>& outputSplits,
                                                           std::vector<int64_t>& inputSplits,
-                                                          const c10d::AllToAllOptions&) {
+                                                          const c10d::AllToAllOptions& opts) {
   const int n = getSize(), me = getRank();
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "loom: all_to_all_single: output ",
               output.scalar_type(), " and input ", input.scalar_type(), " differ");
@@ -690,24 +752,25 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at
     std::memcpy(static_cast<char*>(out.ptr) + recvAt[me].first * elem,
                 static_cast<const char*>(in.ptr) + sendAt[me].first * elem,
                 sendAt[me].second * elem);
-    check(loomGroupStart(), "loomGroupStart");
+    Group g("all_to_all_single");
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
       if (sendAt[r].second > 0)
-        loomSend(static_cast<const char*>(in.ptr) + sendAt[r].first * elem, sendAt[r].second * per,
-                 in.type, r, comm_, nullptr);
+        g.add(loomSend(static_cast<const char*>(in.ptr) + sendAt[r].first * elem,
+                       sendAt[r].second * per, in.type, r, comm_, nullptr));
       if (recvAt[r].second > 0)
-        loomRecv(static_cast<char*>(out.ptr) + recvAt[r].first * elem, recvAt[r].second * per,
-                 out.type, r, comm_, nullptr);
+        g.add(loomRecv(static_cast<char*>(out.ptr) + recvAt[r].first * elem, recvAt[r].second * per,
+                       out.type, r, comm_, nullptr));
     }
-    check(loomGroupEnd(), "all_to_all_single");
+    g.end();
   };
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, issue);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, !opts.asyncOp,
+                 issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                      std::vector<at::Tensor>& inputs,
-                                                     const c10d::AllToAllOptions&) {
+                                                     const c10d::AllToAllOptions& opts) {
   const int n = getSize(), me = getRank();
   TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
               "loom: all_to_all: ", n, " input and ", n, " output tensors expected; got ",
@@ -722,15 +785,17 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& ou
               "loom: all_to_all: this rank's own input and output differ");
   auto issue = [this, ins, outs, inputs, outputs, n, me] {
     outputs[me].copy_(inputs[me]);
-    check(loomGroupStart(), "loomGroupStart");
+    Group g("all_to_all");
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
-      if (ins[r].count > 0) loomSend(ins[r].ptr, ins[r].count, ins[r].type, r, comm_, nullptr);
-      if (outs[r].count > 0) loomRecv(outs[r].ptr, outs[r].count, outs[r].type, r, comm_, nullptr);
+      if (ins[r].count > 0)
+        g.add(loomSend(ins[r].ptr, ins[r].count, ins[r].type, r, comm_, nullptr));
+      if (outs[r].count > 0)
+        g.add(loomRecv(outs[r].ptr, outs[r].count, outs[r].type, r, comm_, nullptr));
     }
-    check(loomGroupEnd(), "all_to_all");
+    g.end();
   };
-  return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, issue);
+  return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, !opts.asyncOp, issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
@@ -738,7 +803,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::send(std::vector<at::Tensor>& tensor
   const at::Tensor t = single(tensors, "send");
   const Buf b = buf(t, "send");
   checkRank(dstRank, getSize(), "send", "destination");
-  return enqueue(c10d::OpType::SEND, "loom:send", {t}, [this, b, dstRank] {
+  return enqueue(c10d::OpType::SEND, "loom:send", {t}, false, [this, b, dstRank] {
     check(loomSend(b.ptr, b.count, b.type, dstRank, comm_, nullptr), "send");
   });
 }
@@ -748,7 +813,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::recv(std::vector<at::Tensor>& tensor
   const at::Tensor t = single(tensors, "recv");
   const Buf b = buf(t, "recv");
   checkRank(srcRank, getSize(), "recv", "source");
-  return enqueue(c10d::OpType::RECV, "loom:recv", {t}, [this, b, srcRank] {
+  return enqueue(c10d::OpType::RECV, "loom:recv", {t}, false, [this, b, srcRank] {
     check(loomRecv(b.ptr, b.count, b.type, srcRank, comm_, nullptr), "recv");
   });
 }
@@ -759,10 +824,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::recvAnysource(std::vector<at::Tensor
               "named rank (pass src)");
 }
 
-c10::intrusive_ptr<c10d::Work> LoomBackend::barrier(const c10d::BarrierOptions&) {
+c10::intrusive_ptr<c10d::Work> LoomBackend::barrier(const c10d::BarrierOptions& opts) {
   at::Tensor token = at::zeros({1}, at::kByte);
   const Buf b = buf(token, "barrier");
-  return enqueue(c10d::OpType::BARRIER, "loom:barrier", {}, [this, b, token] {
+  return enqueue(c10d::OpType::BARRIER, "loom:barrier", {}, !opts.asyncOp, [this, b, token] {
     check(loomAllReduce(b.ptr, b.ptr, 1, loomUint8, loomSum, comm_, nullptr), "barrier");
   });
 }

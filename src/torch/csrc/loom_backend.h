@@ -4,8 +4,10 @@
 // publishes through the group's Store (so torchrun, mp.spawn and init_method="tcp://..." work
 // unchanged). Every operation is queued to one worker thread that owns the communicator (Loom's
 // rule: calls on a communicator must not overlap) and returns a Work at once; the worker runs the
-// Loom calls, then completes the Work and its Future (the output tensors, or the error). Between
-// startCoalescing and endCoalescing the operations are held and run as one Loom group.
+// Loom calls, then completes the Work and its Future (the output tensors, or the error). A
+// blocking call (async_op=False) with nothing queued runs on the caller's thread instead, in the
+// same order. Between startCoalescing and endCoalescing the operations are held and run as one
+// Loom group.
 //
 // Tensors: CPU, contiguous, every dtype Loom has (bool as uint8, complex as pairs of reals where
 // the operation allows it). CUDA tensors are refused with a clear error for now.
@@ -103,7 +105,8 @@ class LoomBackend : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
-  // loomCommAbort: operations in flight fail at once, queued ones fail; the backend is dead.
+  // loomCommAbort (from any thread): the operation in flight and the queued ones fail at once; the
+  // backend is dead.
   void abort() override;
   // Runs what is queued, then destroys the communicator.
   void shutdown() override;
@@ -116,8 +119,10 @@ class LoomBackend : public c10d::Backend {
     std::function<void()> finish;
     c10::intrusive_ptr<LoomWork> work;
   };
+  // Queues the operation, or, for a blocking call (sync: PyTorch waits on the Work at once) with
+  // nothing queued or running, runs it on the calling thread: no handoff to the worker.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
-                                         std::vector<at::Tensor> outputs,
+                                         std::vector<at::Tensor> outputs, bool sync,
                                          std::function<void()> issue,
                                          std::function<void()> finish = nullptr);
   void run();                           // the worker
@@ -129,6 +134,8 @@ class LoomBackend : public c10d::Backend {
   std::condition_variable cv_;
   std::deque<std::vector<Op>> queue_;  // each entry runs as one batch
   bool stopping_ = false;
+  bool stopped_ = false;  // the communicator is destroyed or aborted, the worker joined
+  bool busy_ = false;     // a batch runs (on the worker, or inline on a caller)
   bool coalescing_ = false;
   std::vector<Op> coalesced_;
   std::thread worker_;

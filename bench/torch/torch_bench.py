@@ -1,0 +1,176 @@
+"""torch.distributed on "loom" against gloo, in one run (issue 17's benchmark):
+
+  1. all_reduce (float32 SUM, in place, blocking as a training step calls it) from --min-bytes to
+     --max-bytes on a loom and a gloo group of the same processes, alternating the two at each
+     size: time per call (rank 0's median of --iters timed calls) and bus bandwidth (nccl-tests'
+     definition: bytes / time x 2(n-1)/n), and the ratios;
+  2. loom-perf's all_reduce over the same sizes and ranks (--loom-perf, run right after; its
+     in-place time): what the binding adds to Loom's own time;
+  3. one DistributedDataParallel step of an MLP of about --ddp-params parameters (float32, batch
+     8), loom against gloo: the median step time of --ddp-steps steps.
+
+    python3 bench/torch/torch_bench.py --nprocs 2,4 --loom-perf build/tools/perf/loom-perf
+
+Needs loom_torch importable (PYTHONPATH=build/python, or pip-installed). Prints markdown tables;
+--json FILE writes every figure.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import loom_torch  # noqa: F401
+
+
+def parse_bytes(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
+
+
+def sizes(lo, hi, factor):
+    out, b = [], lo
+    while b <= hi:
+        out.append(b)
+        b *= factor
+    return out
+
+
+def timed(fn, iters):
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def worker(rank, n, port, args, queue):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=n, timeout=timeout)
+    groups = {"loom": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
+    rows = []
+    for nbytes in sizes(args.min_bytes, args.max_bytes, args.factor):
+        t = torch.ones(max(nbytes // 4, 1))
+        iters = max(5, min(args.iters, int(args.target_bytes // max(nbytes, 1))))
+        row = {"bytes": t.numel() * 4, "iters": iters}
+        for name, g in groups.items():
+            for _ in range(max(2, iters // 10)):
+                dist.all_reduce(t, group=g)
+            dist.barrier(group=groups["gloo"])
+            row[name] = timed(lambda g=g: dist.all_reduce(t, group=g), iters)
+        rows.append(row)
+    ddp = {}
+    if args.ddp_params > 0:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        width = 4096
+        layers = max(1, round(args.ddp_params / (width * width + width)))
+        torch.manual_seed(0)
+        base = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+        params = sum(p.numel() for p in base.parameters())
+        x = torch.randn(8, width)
+        for name, g in groups.items():
+            model = DDP(base, process_group=g)
+            opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+
+            def step():
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+            step()
+            dist.barrier(group=groups["gloo"])
+            ddp[name] = timed(step, args.ddp_steps)
+            del model, opt
+        ddp["params"] = params
+    if rank == 0:
+        queue.put({"nprocs": n, "allreduce": rows, "ddp": ddp})
+    dist.destroy_process_group()
+
+
+def loom_perf(path, n, args):
+    """loom-perf all_reduce over the same sizes: {bytes: time in seconds}, in place (as
+    torch.distributed.all_reduce is)."""
+    cmd = [path, "all_reduce", "-np", str(n), "-b", str(args.min_bytes), "-e", str(args.max_bytes),
+           "-f", str(args.factor), "-n", "20", "-w", "5"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    times = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"\s+(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\S+"
+                     r"\s+([\d.]+)", line)
+        if m:
+            times[int(m.group(1))] = float(m.group(2)) * 1e-6
+    return times, " ".join(cmd)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--nprocs", default="2,4")
+    p.add_argument("--min-bytes", default="8")
+    p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--factor", type=int, default=4)
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--target-bytes", type=float, default=2e9, help="bytes timed per size at most")
+    p.add_argument("--ddp-params", type=float, default=100e6)
+    p.add_argument("--ddp-steps", type=int, default=3)
+    p.add_argument("--loom-perf", default="")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    args.min_bytes, args.max_bytes = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
+    results = []
+    ctx = mp.get_context("spawn")
+    for n in (int(x) for x in args.nprocs.split(",")):
+        queue = ctx.SimpleQueue()
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(worker, args=(n, port, args, queue), nprocs=n, join=True)
+        r = queue.get()
+        if args.loom_perf:
+            r["loom_perf"], r["loom_perf_cmd"] = loom_perf(args.loom_perf, n, args)
+        results.append(r)
+    print(f"# torch {torch.__version__}, loom_torch (libloom {loom_torch.loom_version()}), "
+          f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, median of timed calls")
+    for r in results:
+        n = r["nprocs"]
+        f = 2 * (n - 1) / n
+        print(f"\n## {n} ranks: all_reduce")
+        head = "| bytes | loom us | gloo us | loom busbw GB/s | gloo busbw GB/s | gloo/loom time |"
+        if "loom_perf" in r:
+            head += " loom-perf in-place us | loom_torch/loom-perf |"
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+        for row in r["allreduce"]:
+            b, tl, tg = row["bytes"], row["loom"], row["gloo"]
+            line = (f"| {b} | {tl * 1e6:.1f} | {tg * 1e6:.1f} | {b / tl * f / 1e9:.3f} | "
+                    f"{b / tg * f / 1e9:.3f} | {tg / tl:.2f} |")
+            if "loom_perf" in r:
+                lp = r["loom_perf"].get(b)
+                line += f" {lp * 1e6:.1f} | {tl / lp:.2f} |" if lp else " - | - |"
+            print(line)
+        if r["ddp"]:
+            d = r["ddp"]
+            print(f"\nDDP step, {d['params'] / 1e6:.0f} M parameters: loom {d['loom'] * 1e3:.0f} ms, "
+                  f"gloo {d['gloo'] * 1e3:.0f} ms, gloo/loom {d['gloo'] / d['loom']:.2f}")
+        if "loom_perf_cmd" in r:
+            print(f"\nloom-perf: {r['loom_perf_cmd']}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
