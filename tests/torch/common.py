@@ -86,3 +86,36 @@ def raises(fn, words, what):
             raise AssertionError(f"{what}: the error does not say {missing}: {msg}") from e
         return msg
     raise AssertionError(f"{what}: no exception")
+
+
+def step_all(nets, opts, losses, x, y):
+    """One training step of every model in nets (mse loss), each recording its loss."""
+    for k, m in nets.items():
+        opts[k].zero_grad()
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        opts[k].step()
+        losses[k].append(loss.item())
+
+
+def compare_training(name, losses, params, exact, rtol, atol, shrink=0.5):
+    """losses: {"loom": [...], "gloo": [...]} per step; params: (name, loom tensor, gloo tensor)
+    triples. Equal bit for bit where exact, else losses within rtol relative and parameters within
+    rtol relative plus atol absolute. The loom run must have learned (mean of its last 10 losses
+    below shrink times its first 10). Returns those two means."""
+    for i, (a, b) in enumerate(zip(losses["loom"], losses["gloo"])):
+        ok = a == b if exact else abs(a - b) <= rtol * max(abs(b), 1e-12)
+        expect(ok, f"{name}: step {i}: loss {a} on loom, {b} on gloo")
+    for pname, p, q in params:
+        ok = torch.equal(p, q) if exact else torch.allclose(p, q, rtol=rtol, atol=atol)
+        expect(ok, f"{name}: parameter {pname}: largest difference {(p - q).abs().max().item()}")
+    first, last = sum(losses["loom"][:10]) / 10, sum(losses["loom"][-10:]) / 10
+    expect(last < shrink * first, f"{name}: the model did not learn: mean loss {first} -> {last}")
+    return first, last
+
+
+def done(rank, line):
+    """The end of a test's ranks: the group goes, and rank 0 says what passed."""
+    dist.destroy_process_group()
+    if rank == 0:
+        print(line, flush=True)

@@ -3,7 +3,7 @@ DeviceMesh of the loom default group and over one of a gloo group, trained for -
 the same per-rank batches (Adam). Parameters are all-gathered and gradients reduce-scattered by
 each backend. The losses of every step and the final (gathered) parameters must agree: with 2
 ranks, bit for bit (a sum or mean of two is the same in any order); with more, within 1e-4
-relative (float32 sums in another order, see ddp_test.py).
+relative (float32 sums in another order, see ddp_test.py). The loss must fall.
 
     python3 tests/torch/fsdp_test.py --nprocs 2 [--steps 100]
 """
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from common import expect, init, launch
+from common import compare_training, done, init, launch, step_all
 
 
 def model():
@@ -43,25 +43,13 @@ def main(rank, n, port):
     for _ in range(steps):
         x = torch.randn(8, 16, generator=gen)
         y = torch.stack([x[:, :8].sum(1), x[:, 8:].prod(1)], 1)
-        for k, m in nets.items():
-            opts[k].zero_grad()
-            loss = torch.nn.functional.mse_loss(m(x), y)
-            loss.backward()
-            opts[k].step()
-            losses[k].append(loss.item())
+        step_all(nets, opts, losses, x, y)
     exact = n <= 2
-    for i, (a, b) in enumerate(zip(losses["loom"], losses["gloo"])):
-        ok = a == b if exact else abs(a - b) <= 1e-4 * max(abs(b), 1e-6)
-        expect(ok, f"step {i}: loss {a} on loom, {b} on gloo")
-    for (name, p), (_, q) in zip(nets["loom"].named_parameters(), nets["gloo"].named_parameters()):
-        p, q = p.full_tensor(), q.full_tensor()
-        ok = torch.equal(p, q) if exact else torch.allclose(p, q, rtol=1e-4, atol=1e-6)
-        expect(ok, f"parameter {name}: largest difference {(p - q).abs().max().item()}")
-    first, last = sum(losses["loom"][:10]) / 10, sum(losses["loom"][-10:]) / 10
-    expect(last < first, f"the model did not learn: mean loss {first} -> {last}")
-    dist.destroy_process_group()
-    if rank == 0:
-        print(f"fsdp_test: {n} ranks, {steps} steps: mean loss {first:.4f} -> {last:.4f}, "
+    params = [(pn, p.full_tensor(), q.full_tensor())
+              for (pn, p), (_, q) in zip(nets["loom"].named_parameters(),
+                                         nets["gloo"].named_parameters())]
+    first, last = compare_training("fsdp", losses, params, exact, 1e-4, 1e-6, shrink=1.0)
+    done(rank, f"fsdp_test: {n} ranks, {steps} steps: mean loss {first:.4f} -> {last:.4f}, "
               f"{'bit for bit' if exact else 'within tolerance'} equal to gloo")
 
 

@@ -54,13 +54,6 @@ class Group {
   std::string message_;
 };
 
-// A tensor as Loom sees it: its data, element count and datatype.
-struct Buf {
-  void* ptr = nullptr;
-  size_t count = 0;
-  loomDataType_t type = loomFloat32;
-};
-
 // What an operation does with its tensors' values: complex numbers travel as pairs of reals only
 // where that gives the same result (no reduction, or a sum or average).
 enum class Use { kMove, kSumOrAvg, kOtherReduction };
@@ -203,6 +196,20 @@ void sameShape(const at::Tensor& a, const at::Tensor& b, const char* op, const c
   TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(), "loom: ", op, ": ",
               what, " must match the input (", b.scalar_type(), ", ", b.numel(), " elements); got ",
               a.scalar_type(), ", ", a.numel(), " elements");
+}
+
+// The coalesced all_gather_into_tensor and reduce_scatter_tensor: pairs of one tensor per rank
+// (small) and one of all ranks' (large: n times as many elements, the same dtype).
+void checkPairs(const std::vector<at::Tensor>& small, const std::vector<at::Tensor>& large, int n,
+                const char* op) {
+  TORCH_CHECK(small.size() == large.size() && !small.empty(), "loom: ", op, ": ", small.size(),
+              " and ", large.size(), " tensors");
+  for (size_t i = 0; i < small.size(); ++i)
+    TORCH_CHECK(large[i].scalar_type() == small[i].scalar_type() &&
+                    large[i].numel() == n * small[i].numel(),
+                "loom: ", op, ": the larger tensor must hold ", n, " x ", small[i].numel(),
+                " elements of ", small[i].scalar_type(), "; it has ", large[i].numel(), " of ",
+                large[i].scalar_type());
 }
 
 // Offsets and lengths (in elements) of each rank's slice along dim 0, from PyTorch's split sizes
@@ -554,16 +561,9 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& output, 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
-              "loom: all_gather_into_tensor: ", inputs.size(), " inputs and ", outputs.size(),
-              " outputs");
+  checkPairs(inputs, outputs, getSize(), "all_gather_into_tensor");
   std::vector<std::pair<Buf, Buf>> calls;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
-                    outputs[i].numel() == getSize() * inputs[i].numel(),
-                "loom: all_gather_into_tensor: the output must hold ", getSize(), " x ",
-                inputs[i].numel(), " elements of ", inputs[i].scalar_type(), "; it has ",
-                outputs[i].numel(), " of ", outputs[i].scalar_type());
     calls.emplace_back(buf(inputs[i], "all_gather_into_tensor"),
                        buf(outputs[i], "all_gather_into_tensor"));
   }
@@ -576,41 +576,50 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
                  });
 }
 
+std::vector<at::Tensor> LoomBackend::rootList(const std::vector<std::vector<at::Tensor>>& lists,
+                                              const at::Tensor& mine, int root, const char* op,
+                                              const char* which) {
+  if (getRank() != root) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "loom: ", op,
+                ": only the root passes ", which, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == getSize(), "loom: ", op,
+              ": the root needs one list of ", getSize(), " ", which, " tensors");
+  for (const at::Tensor& t : lists[0]) {
+    sameShape(t, mine, op, c10::str("every ", which, " tensor").c_str());
+    buf(t, op);
+  }
+  return lists[0];
+}
+
+void LoomBackend::rootExchange(bool toRoot, const std::vector<at::Tensor>& list, const Buf& mine,
+                               int root, const char* op) {
+  auto move = [&](const Buf& b, int peer) {
+    return toRoot == (getRank() == root) ? loomRecv(b.ptr, b.count, b.type, peer, comm_, nullptr)
+                                         : loomSend(b.ptr, b.count, b.type, peer, comm_, nullptr);
+  };
+  Group g(op);
+  if (getRank() == root) {
+    for (int r = 0; r < getSize(); ++r)
+      if (r != root) g.add(move(buf(list[r], op), r));
+  } else {
+    g.add(move(mine, root));
+  }
+  g.end();
+}
+
 c10::intrusive_ptr<c10d::Work> LoomBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                    std::vector<at::Tensor>& inputs,
                                                    const c10d::GatherOptions& opts) {
   const at::Tensor in = single(inputs, "gather");
   const Buf b = buf(in, "gather");
   checkRank(opts.rootRank, getSize(), "gather", "root");
-  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
-  std::vector<at::Tensor> outs;
-  if (me == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == n,
-                "loom: gather: the root needs one list of ", n, " output tensors");
-    outs = outputs[0];
-    for (const at::Tensor& o : outs) {
-      sameShape(o, in, "gather", "every output tensor");
-      buf(o, "gather");
-    }
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "loom: gather: only the root passes output tensors");
-  }
-  auto issue = [this, b, outs, root, me, n] {
-    Group g("gather");
-    if (me == root) {
-      for (int r = 0; r < n; ++r) {
-        if (r == root) continue;
-        const Buf o = buf(outs[r], "gather");
-        g.add(loomRecv(o.ptr, o.count, o.type, r, comm_, nullptr));
-      }
-    } else {
-      g.add(loomSend(b.ptr, b.count, b.type, root, comm_, nullptr));
-    }
-    g.end();
-  };
-  auto finish = [outs, in, root, me] {
-    if (me == root) outs[root].copy_(in.view_as(outs[root]));
+  const int root = static_cast<int>(opts.rootRank);
+  const std::vector<at::Tensor> outs = rootList(outputs, in, root, "gather", "output");
+  auto issue = [this, b, outs, root] { rootExchange(true, outs, b, root, "gather"); };
+  auto finish = [outs, in, root] {
+    if (!outs.empty()) outs[root].copy_(in.view_as(outs[root]));
   };
   return enqueue(c10d::OpType::GATHER, "loom:gather", outs, !opts.asyncOp, issue, finish);
 }
@@ -621,33 +630,11 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& out
   const at::Tensor out = single(outputs, "scatter");
   const Buf o = buf(out, "scatter");
   checkRank(opts.rootRank, getSize(), "scatter", "root");
-  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
-  std::vector<at::Tensor> ins;
-  if (me == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == n,
-                "loom: scatter: the root needs one list of ", n, " input tensors");
-    ins = inputs[0];
-    for (const at::Tensor& i : ins) {
-      sameShape(i, out, "scatter", "every input tensor");
-      buf(i, "scatter");
-    }
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "loom: scatter: only the root passes input tensors");
-  }
-  auto issue = [this, o, out, ins, root, me, n] {
-    if (me == root) out.copy_(ins[root].view_as(out));
-    Group g("scatter");
-    if (me == root) {
-      for (int r = 0; r < n; ++r) {
-        if (r == root) continue;
-        const Buf i = buf(ins[r], "scatter");
-        g.add(loomSend(i.ptr, i.count, i.type, r, comm_, nullptr));
-      }
-    } else {
-      g.add(loomRecv(o.ptr, o.count, o.type, root, comm_, nullptr));
-    }
-    g.end();
+  const int root = static_cast<int>(opts.rootRank);
+  const std::vector<at::Tensor> ins = rootList(inputs, out, root, "scatter", "input");
+  auto issue = [this, o, out, ins, root] {
+    if (!ins.empty()) out.copy_(ins[root].view_as(out));
+    rootExchange(false, ins, o, root, "scatter");
   };
   return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, !opts.asyncOp, issue);
 }
@@ -686,9 +673,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
-              "loom: reduce_scatter_tensor: ", inputs.size(), " inputs and ", outputs.size(),
-              " outputs");
+  checkPairs(outputs, inputs, getSize(), "reduce_scatter_tensor");
   struct Call {
     Buf in, out;
     Reduction red;
@@ -696,11 +681,6 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
   };
   std::vector<Call> calls;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
-                    inputs[i].numel() == getSize() * outputs[i].numel(),
-                "loom: reduce_scatter_tensor: the input must hold ", getSize(), " x ",
-                outputs[i].numel(), " elements of ", outputs[i].scalar_type(), "; it has ",
-                inputs[i].numel(), " of ", inputs[i].scalar_type());
     Reduction red = reduction(opts.reduceOp, inputs[i], "reduce_scatter_tensor");
     calls.push_back({buf(inputs[i], "reduce_scatter_tensor", red.use),
                      buf(outputs[i], "reduce_scatter_tensor", red.use), red, inputs[i]});

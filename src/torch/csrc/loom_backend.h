@@ -29,6 +29,13 @@
 
 namespace loom_torch {
 
+// A tensor as Loom sees it: its data, element count and datatype.
+struct Buf {
+  void* ptr = nullptr;
+  size_t count = 0;
+  loomDataType_t type = loomFloat32;
+};
+
 // A queued operation's Work: completed by the worker, with a Future of the output tensors.
 class LoomWork : public c10d::Work {
  public:
@@ -125,6 +132,15 @@ class LoomBackend : public c10d::Backend {
                                          std::vector<at::Tensor> outputs, bool sync,
                                          std::function<void()> issue,
                                          std::function<void()> finish = nullptr);
+  // gather and scatter: the root's list of one tensor per rank, each like mine ("output" or
+  // "input" tensors), checked; empty on the other ranks, which must pass none.
+  std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists,
+                                   const at::Tensor& mine, int root, const char* op,
+                                   const char* which);
+  // One Loom group: toRoot (gather), the root receives every other rank's tensor of list and
+  // the others send mine; else (scatter) the other way.
+  void rootExchange(bool toRoot, const std::vector<at::Tensor>& list, const Buf& mine, int root,
+                    const char* op);
   void run();                           // the worker
   void runBatch(std::vector<Op>& ops);  // on the worker: one op, or a coalesced group
   void stop(bool drain);
