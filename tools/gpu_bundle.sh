@@ -20,12 +20,15 @@ cmake -S "$ROOT" -B "$B" $gen $launcher -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_
 cmake --build "$B" -j "$(nproc)" --target loom loom-perf loom-device-bw loom-topo \
   collectives_tests nccl_net_loom
 rm -rf "$DEST"
-mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/lib-fallback"
+mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/lib-fallback" "$DEST/include/loom"
+# loom.h and a libloom.so link: loom_torch builds against the bundle there (LOOM_HOME=gpu-bundle).
+cp "$ROOT/include/loom/loom.h" "$DEST/include/loom/"
 bins=("$B/tools/perf/loom-perf" "$B/tools/perf/loom-device-bw" "$B/tools/topo/loom-topo"
   "$B/tests/collectives/collectives_tests")
 libs=("$B/libloom.so.0" "$B/transports/ncclnet/plugin/libnccl-net-loom.so")
 cp "${bins[@]}" "$DEST/bin/"
 cp -L "${libs[@]}" "$DEST/lib/"
+ln -sf libloom.so.0 "$DEST/lib/libloom.so"
 # The libraries they load, but the C library's.
 for f in "${bins[@]}" "${libs[@]}"; do
   ldd "$f" | awk '/=> \// {print $3}'

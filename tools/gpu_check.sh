@@ -22,6 +22,7 @@
 # 6. loom-perf all_gather, reduce_scatter and broadcast on device buffers at 2 and 4 ranks.
 # 7. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
 # 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
+# (6b. loom_torch with CPU tensors, built against the machine's PyTorch: ops against gloo, DDP.)
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
 # The whole check keeps within GPU_CHECK_BUDGET seconds (default 480, under the device tool's
 # 600-second limit per command): each step's limit is cut to what is left, a step with under 15 s
@@ -139,6 +140,21 @@ for coll in all_gather reduce_scatter broadcast; do
       -f 8 -n 5 -w 2 -T 60
   done
 done
+
+# ---- 6b. loom_torch (CPU tensors) against the machine's PyTorch --------------------------------------
+# Built here against this machine's torch (another version than CI's) and Loom of step 1; every
+# operation against gloo at 2 ranks, and DDP. CUDA tensors are not supported yet.
+if python3 -c "import torch" 2>/dev/null; then
+  LOOM_FOR_TORCH=$ROOT/gpu-bundle
+  [ -d "$LOOM_FOR_TORCH/include" ] || LOOM_FOR_TORCH=$ROOT/build-gpu
+  step torch-cpu 180 bash -c "cd '$ROOT/src/torch' && LOOM_HOME='$LOOM_FOR_TORCH' \
+      python3 setup.py -q build_ext --build-lib '$LOGS/../python' --build-temp '$LOGS/../torch-build' \
+      && cp loom_torch/__init__.py '$LOGS/../python/loom_torch/' && cd '$ROOT/tests/torch' \
+      && PYTHONPATH='$LOGS/../python':. OMP_NUM_THREADS=1 python3 ops_test.py --nprocs 2 \
+      && PYTHONPATH='$LOGS/../python':. OMP_NUM_THREADS=1 python3 ddp_test.py --nprocs 2 --steps 100"
+else
+  note torch-cpu skip "python3 cannot import torch here"
+fi
 
 # ---- 7. NCCL through the plugin ------------------------------------------------------------------------
 step nccl-plugin 120 "$ROOT/tools/nccl_plugin_gpu_check.sh" "$PLUGIN"

@@ -339,14 +339,15 @@ std::string Comm::describe(int r) const {
 
 std::string Comm::deadPeers() const {
   std::string dead;
+  int count = 0;
   const std::string& myHost = peers_[rank_].hostId;
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = peers_[r];
     if (r == rank_ || p.hostId != myHost || p.pid <= 0 || p.pid == getpid()) continue;
-    if (processGone(p.pid)) dead += (dead.empty() ? "" : ", ") + describe(r);
+    if (processGone(p.pid)) dead += (count++ ? ", " : "") + describe(r);
   }
-  return dead.empty() ? dead
-                      : dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
+  // Counted, not guessed from commas: each description has one ("rank 1 (host h, pid 9)").
+  return count == 0 ? dead : dead + (count == 1 ? " has died" : " have died");
 }
 
 // The machine the planner prices schedules on. Every input is the same on every rank: hosts and
