@@ -28,8 +28,8 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# PyTorch for loom_torch (src/torch) and its tests, from PyPI into the python3 on PATH: about 75 s
-# and 5.3 GB on a fresh machine (the Linux wheel brings NVIDIA's CUDA runtime wheels along; CPU
+# PyTorch for loom_torch (src/torch) and its tests, from PyPI into the python3 on PATH: 1.5 to 2
+# minutes and 5.3 GB on a fresh machine (the Linux wheel brings NVIDIA's CUDA runtime wheels along; CPU
 # tensors need none of them), nothing when present. LOOM_NO_TORCH=1 skips it (the torch tests then
 # skip, saying why).
 if [ "${LOOM_NO_TORCH:-0}" != 1 ]; then
