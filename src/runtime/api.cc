@@ -98,10 +98,10 @@ class CallScope {
   loomComm_t h_;
 };
 
-// A communicator that is usable: not NULL, not aborted, not failed.
+// A communicator that is usable: not NULL, not aborted (the handle's flag, raised before the
+// communicator's own), not failed.
 Status checkComm(const CallScope& scope) {
   LOOM_ASSIGN(Comm * c, scope.check());
-  if (c->aborted()) return LOOM_ERROR(kAborted, "the communicator was aborted");
   Status async = c->asyncError();
   if (!async.isOk())
     return Status(async.code(),
@@ -356,9 +356,8 @@ Status runGroup(std::vector<QueuedOp> ops) {
     scopes.push_back(std::make_unique<CallScope>(q.handle));
     // A communicator aborted (by another thread) since its calls were queued fails the group
     // before anything runs; an aborted handle's communicator is not touched.
-    Status st = scopes.back()->check().status();
-    if (!st.isOk()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
-    if (q.comm->aborted()) return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
+    if (!scopes.back()->check().isOk())
+      return LOOM_ERROR(kAborted, "a communicator in the group was aborted");
   }
   // The communicators with device calls (or a runner) run theirs on their runner threads, posted
   // first so that they progress together with the host calls this thread runs.
@@ -728,8 +727,8 @@ loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
       return Status();
     }
     LOOM_TRY(scope.check().status());
-    Status st = comm->impl->asyncError();
-    *asyncError = comm->impl->aborted() && st.isOk() ? loomAborted : st.result();
+    Status st = comm->impl->asyncError();  // aborted: answered above, from the handle
+    *asyncError = st.result();
     // What broke it, for loomGetLastError (the call itself succeeded).
     if (!st.isOk()) tLastError = fmt::format("loomCommGetAsyncError: {}", st.message());
     return Status();
