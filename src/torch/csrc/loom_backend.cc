@@ -348,12 +348,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
     }
     busy_ = true;  // run here, now: the worker waits
   }
-  runBatch(batch);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    busy_ = false;
-  }
-  cv_.notify_all();
+  runHeld(batch);
   return work;
 }
 
@@ -368,13 +363,17 @@ void LoomBackend::run() {
       queue_.pop_front();
       busy_ = true;
     }
-    runBatch(batch);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all();
+    runHeld(batch);
   }
+}
+
+void LoomBackend::runHeld(std::vector<Op>& batch) {
+  runBatch(batch);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
 }
 
 void LoomBackend::runBatch(std::vector<Op>& ops) {
@@ -704,6 +703,19 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
                  });
 }
 
+void LoomBackend::exchange(const std::vector<Buf>& sends, const std::vector<Buf>& recvs,
+                           const char* op) {
+  Group g(op);
+  for (int r = 0; r < getSize(); ++r) {
+    if (r == getRank()) continue;
+    if (sends[r].count > 0)
+      g.add(loomSend(sends[r].ptr, sends[r].count, sends[r].type, r, comm_, nullptr));
+    if (recvs[r].count > 0)
+      g.add(loomRecv(recvs[r].ptr, recvs[r].count, recvs[r].type, r, comm_, nullptr));
+  }
+  g.end();
+}
+
 c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                           std::vector<int64_t>& outputSplits,
                                                           std::vector<int64_t>& inputSplits,
@@ -721,28 +733,26 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at
                 input.numel(), " elements and output ", output.numel());
   TORCH_CHECK(sendAt[me].second == recvAt[me].second, "loom: all_to_all_single: this rank sends ",
               sendAt[me].second, " elements to itself but expects ", recvAt[me].second);
+  // Loom's elements per tensor element (2 for complex).
   const size_t per = in.count / std::max<size_t>(1, static_cast<size_t>(input.numel()));
-  auto issue = [this, in, out, sendAt, recvAt, elem, equal, per, n, me] {
+  auto slice = [per, elem](const Buf& b, const std::pair<size_t, size_t>& at) {
+    return Buf{static_cast<char*>(b.ptr) + at.first * elem, at.second * per, b.type};
+  };
+  std::vector<Buf> sends, recvs;
+  for (int r = 0; r < n; ++r) {
+    sends.push_back(slice(in, sendAt[r]));
+    recvs.push_back(slice(out, recvAt[r]));
+  }
+  const size_t selfBytes = sendAt[me].second * elem;
+  auto issue = [this, in, out, sends, recvs, selfBytes, equal, n, me] {
     if (equal) {
       check(loomAllToAll(in.ptr, out.ptr, in.count / n, in.type, comm_, nullptr),
             "all_to_all_single");
       return;
     }
     // Unequal slices: this rank's own by a copy, the others as sends and receives in one group.
-    std::memcpy(static_cast<char*>(out.ptr) + recvAt[me].first * elem,
-                static_cast<const char*>(in.ptr) + sendAt[me].first * elem,
-                sendAt[me].second * elem);
-    Group g("all_to_all_single");
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      if (sendAt[r].second > 0)
-        g.add(loomSend(static_cast<const char*>(in.ptr) + sendAt[r].first * elem,
-                       sendAt[r].second * per, in.type, r, comm_, nullptr));
-      if (recvAt[r].second > 0)
-        g.add(loomRecv(static_cast<char*>(out.ptr) + recvAt[r].first * elem, recvAt[r].second * per,
-                       out.type, r, comm_, nullptr));
-    }
-    g.end();
+    std::memcpy(recvs[me].ptr, sends[me].ptr, selfBytes);
+    exchange(sends, recvs, "all_to_all_single");
   };
   return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, !opts.asyncOp,
                  issue);
@@ -760,20 +770,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& ou
     ins.push_back(buf(inputs[r], "all_to_all"));
     outs.push_back(buf(outputs[r], "all_to_all"));
   }
-  TORCH_CHECK(inputs[me].numel() == outputs[me].numel() &&
-                  inputs[me].scalar_type() == outputs[me].scalar_type(),
-              "loom: all_to_all: this rank's own input and output differ");
-  auto issue = [this, ins, outs, inputs, outputs, n, me] {
+  sameShape(outputs[me], inputs[me], "all_to_all", "this rank's own output");
+  auto issue = [this, ins, outs, inputs, outputs, me] {
     outputs[me].copy_(inputs[me]);
-    Group g("all_to_all");
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      if (ins[r].count > 0)
-        g.add(loomSend(ins[r].ptr, ins[r].count, ins[r].type, r, comm_, nullptr));
-      if (outs[r].count > 0)
-        g.add(loomRecv(outs[r].ptr, outs[r].count, outs[r].type, r, comm_, nullptr));
-    }
-    g.end();
+    exchange(ins, outs, "all_to_all");
   };
   return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, !opts.asyncOp, issue);
 }

@@ -141,8 +141,13 @@ class LoomBackend : public c10d::Backend {
   // the others send mine; else (scatter) the other way.
   void rootExchange(bool toRoot, const std::vector<at::Tensor>& list, const Buf& mine, int root,
                     const char* op);
-  void run();                           // the worker
-  void runBatch(std::vector<Op>& ops);  // on the worker: one op, or a coalesced group
+  void run();  // the worker
+  void runBatch(std::vector<Op>& ops);
+  // Runs a batch this thread holds (busy_ set by it), then lets the next one go.
+  void runHeld(std::vector<Op>& batch);
+  // One Loom group: sends[r] to and recvs[r] from every other rank r (empty ones skipped).
+  void exchange(const std::vector<Buf>& sends, const std::vector<Buf>& recvs,
+                const char* op);  // on the worker: one op, or a coalesced group
   void stop(bool drain);
 
   loomComm_t comm_ = nullptr;
