@@ -29,6 +29,7 @@
 #include "src/device/kernels.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/workers.h"
+#include "tests/device/dev_buf.h"
 
 namespace loomtest {
 namespace {
@@ -56,35 +57,7 @@ long long fakeCount(const char* what) {
   return f ? f(what) : -1;
 }
 
-// Device memory of `device` (its primary context made current), freed on destruction.
-struct DevBuf {
-  CUdeviceptr p = 0;
-  size_t bytes = 0;
-  DevBuf(size_t n, int device = 0) : bytes(n) {
-    if (loom::device::useDevice(device).isOk()) api().cuMemAlloc(&p, n);
-    (void)loom::device::useDevice(0);
-  }
-  ~DevBuf() {
-    if (p) api().cuMemFree(p);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  void* ptr() const { return reinterpret_cast<void*>(p); }
-  bool ok() const { return p != 0; }
-  // Copies floats in, or out (on the NULL stream, synchronized).
-  bool put(const std::vector<float>& v) {
-    return api().cuMemcpyAsync(p, reinterpret_cast<CUdeviceptr>(v.data()), v.size() * 4, nullptr) ==
-               0 &&
-           api().cuStreamSynchronize(nullptr) == 0;
-  }
-  std::vector<float> get(size_t count, CUstream s = nullptr) const {
-    std::vector<float> v(count, -1.0f);
-    if (api().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(v.data()), p, count * 4, s) != 0 ||
-        api().cuStreamSynchronize(s) != 0)
-      v.assign(count, -2.0f);
-    return v;
-  }
-};
+using loomtest::DevBuf;
 
 // A non-blocking stream of `device`, destroyed with this.
 struct Stream {

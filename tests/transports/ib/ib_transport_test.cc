@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "src/device/cuda_driver.h"
+#include "tests/device/dev_buf.h"
 #include "tests/transports/ib/fake_verbs/fake_verbs.h"
 #include "tests/transports/net_backends.h"
 #include "transports/ib/gdr.h"
@@ -351,43 +351,6 @@ TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
   ASSERT_TRUE(t_->deregMr(p_.recv, mh).isOk());
 }
 
-// A CUDA device buffer on device 0 (its primary context made current), written and read through
-// the driver's copies.
-class GpuBuffer {
- public:
-  explicit GpuBuffer(size_t bytes) {
-    const cuda::DriverApi& a = cuda::cudaDriver().api;
-    ok_ = a.cuDeviceGet(&dev_, 0) == 0 && a.cuDevicePrimaryCtxRetain(&ctx_, dev_) == 0 &&
-          a.cuCtxSetCurrent(ctx_) == 0 && a.cuMemAlloc(&p_, bytes) == 0;
-  }
-  ~GpuBuffer() {
-    const cuda::DriverApi& a = cuda::cudaDriver().api;
-    if (p_ != 0) a.cuMemFree(p_);
-    if (ctx_ != nullptr) a.cuDevicePrimaryCtxRelease(dev_);
-  }
-  bool ok() const { return ok_; }
-  void* at(size_t off) const { return reinterpret_cast<void*>(p_ + off); }
-  bool put(size_t off, const std::vector<unsigned char>& v) const {
-    return copy(p_ + off, reinterpret_cast<cuda::CUdeviceptr>(v.data()), v.size());
-  }
-  std::vector<unsigned char> get(size_t off, size_t n) const {
-    std::vector<unsigned char> v(n);
-    if (!copy(reinterpret_cast<cuda::CUdeviceptr>(v.data()), p_ + off, n)) v.clear();
-    return v;
-  }
-
- private:
-  static bool copy(cuda::CUdeviceptr dst, cuda::CUdeviceptr src, size_t n) {
-    const cuda::DriverApi& a = cuda::cudaDriver().api;
-    return a.cuMemcpyAsync(dst, src, n, nullptr) == 0 && a.cuStreamSynchronize(nullptr) == 0;
-  }
-
-  bool ok_ = false;
-  cuda::CUdevice dev_ = 0;
-  cuda::CUcontext ctx_ = nullptr;
-  cuda::CUdeviceptr p_ = 0;
-};
-
 // GPUDirect RDMA through dma-buf, on the emulated verbs and CUDA devices (ctest runs it as
 // ib_tests_gpudirect, with LOOM_CUDA_LIB naming libloom-fakecuda.so): GPU buffers registered as
 // NCCL_PTR_CUDA travel device to device, host to device and device to host with no staging, the
@@ -405,23 +368,23 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
   ASSERT_TRUE((props.ptrSupport & net::kPtrCuda) && (props.ptrSupport & net::kPtrDmabuf))
       << "ptrSupport " << props.ptrSupport;
   const size_t n = 300001;  // not a whole number of pages
-  GpuBuffer src(1 << 20), dst(1 << 20);
+  loomtest::DevBuf src(1 << 20), dst(1 << 20);
   ASSERT_TRUE(src.ok() && dst.ok());
   std::vector<unsigned char> pattern(n), host(n);
   for (size_t i = 0; i < n; ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 3);
-  ASSERT_TRUE(src.put(100, pattern));
+  ASSERT_TRUE(src.put(pattern, 100));
   void *ms = nullptr, *md = nullptr, *mh = nullptr, *mhr = nullptr;
-  Status st = t_->regMr(p_.send, src.at(100), n, net::kPtrCuda, &ms);
+  Status st = t_->regMr(p_.send, src.ptr(100), n, net::kPtrCuda, &ms);
   ASSERT_TRUE(st.isOk()) << st.message();
-  ASSERT_TRUE(t_->regMr(p_.recv, dst.at(4104), n, net::kPtrCuda, &md).isOk());
+  ASSERT_TRUE(t_->regMr(p_.recv, dst.ptr(4104), n, net::kPtrCuda, &md).isOk());
   ASSERT_TRUE(t_->regMr(p_.send, host.data(), n, net::kPtrHost, &mh).isOk());
   ASSERT_TRUE(t_->regMr(p_.recv, host.data(), n, net::kPtrHost, &mhr).isOk());
   // The registration spans the allocation from its base; another buffer in it shares it.
   auto* sm = static_cast<ib::MemHandle*>(ms);
-  EXPECT_EQ(sm->mr->begin, reinterpret_cast<uintptr_t>(src.at(0)));
+  EXPECT_EQ(sm->mr->begin, reinterpret_cast<uintptr_t>(src.ptr(0)));
   EXPECT_TRUE(sm->mr->gpu);
   void* again = nullptr;
-  ASSERT_TRUE(t_->regMr(p_.send, src.at(700000), 1000, net::kPtrCuda, &again).isOk());
+  ASSERT_TRUE(t_->regMr(p_.send, src.ptr(700000), 1000, net::kPtrCuda, &again).isOk());
   EXPECT_EQ(static_cast<ib::MemHandle*>(again)->mr, sm->mr);
   ASSERT_TRUE(t_->deregMr(p_.send, again).isOk());
 
@@ -445,13 +408,13 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
       return "the flush failed: " + f.status.message();
     return "";
   };
-  EXPECT_EQ(transfer(src.at(100), ms, dst.at(4104), md, true, 1), "") << "device to device";
-  EXPECT_EQ(dst.get(4104, n), pattern) << "device to device";
-  EXPECT_EQ(transfer(src.at(100), ms, host.data(), mhr, false, 2), "") << "device to host";
+  EXPECT_EQ(transfer(src.ptr(100), ms, dst.ptr(4104), md, true, 1), "") << "device to device";
+  EXPECT_EQ(dst.get<unsigned char>(n, nullptr, 4104), pattern) << "device to device";
+  EXPECT_EQ(transfer(src.ptr(100), ms, host.data(), mhr, false, 2), "") << "device to host";
   EXPECT_EQ(host, pattern) << "device to host";
   std::reverse(host.begin(), host.end());
-  EXPECT_EQ(transfer(host.data(), mh, dst.at(4104), md, true, 3), "") << "host to device";
-  EXPECT_EQ(dst.get(4104, n), host) << "host to device";
+  EXPECT_EQ(transfer(host.data(), mh, dst.ptr(4104), md, true, 3), "") << "host to device";
+  EXPECT_EQ(dst.get<unsigned char>(n, nullptr, 4104), host) << "host to device";
   for (auto [c, m] : {std::pair{p_.send, ms}, {p_.recv, md}, {p_.send, mh}, {p_.recv, mhr}})
     EXPECT_TRUE(t_->deregMr(c, m).isOk());
 
@@ -459,7 +422,7 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
   ScopedEnv env;
   env.set("LOOM_NET_GDR_LEVEL", "LOC");
   void* far = nullptr;
-  st = t_->regMr(p_.send, src.at(0), 64, net::kPtrCuda, &far);
+  st = t_->regMr(p_.send, src.ptr(0), 64, net::kPtrCuda, &far);
   EXPECT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("LOOM_NET_GDR_LEVEL"), std::string::npos) << st.message();
 }

@@ -1,0 +1,50 @@
+// Test helper: CUDA device memory through the loaded driver (the emulated device in CI), written
+// and read with the driver's copies. Used by the device-call tests and the GPUDirect tests.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "src/device/cuda_driver.h"
+#include "src/device/device_memory.h"
+
+namespace loomtest {
+
+// Device memory of `device` (its primary context made current), freed on destruction.
+struct DevBuf {
+  loom::cuda::CUdeviceptr p = 0;
+  size_t bytes = 0;
+  explicit DevBuf(size_t n, int device = 0) : bytes(n) {
+    if (loom::device::useDevice(device).isOk()) api().cuMemAlloc(&p, n);
+    (void)loom::device::useDevice(0);
+  }
+  ~DevBuf() {
+    if (p) api().cuMemFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void* ptr(size_t offset = 0) const { return reinterpret_cast<void*>(p + offset); }
+  bool ok() const { return p != 0; }
+  // Copies elements in at a byte offset, or out (on stream s, synchronized); a failed read gives
+  // count copies of T(-2).
+  template <class T = float>
+  bool put(const std::vector<T>& v, size_t offset = 0) {
+    return api().cuMemcpyAsync(p + offset, reinterpret_cast<loom::cuda::CUdeviceptr>(v.data()),
+                               v.size() * sizeof(T), nullptr) == 0 &&
+           api().cuStreamSynchronize(nullptr) == 0;
+  }
+  template <class T = float>
+  std::vector<T> get(size_t count, loom::cuda::CUstream s = nullptr, size_t offset = 0) const {
+    std::vector<T> v(count, T(-1));
+    if (api().cuMemcpyAsync(reinterpret_cast<loom::cuda::CUdeviceptr>(v.data()), p + offset,
+                            count * sizeof(T), s) != 0 ||
+        api().cuStreamSynchronize(s) != 0)
+      v.assign(count, T(-2));
+    return v;
+  }
+
+ private:
+  static const loom::cuda::DriverApi& api() { return loom::cuda::cudaDriver().api; }
+};
+
+}  // namespace loomtest
