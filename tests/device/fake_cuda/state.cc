@@ -23,8 +23,12 @@ const char* const kCounterNames[kNumCounters] = {
 
 namespace {
 
-thread_local Context* tCurrent = nullptr;
-thread_local int tInHostFunc = 0;
+// Initial-exec: the library is dlopen'd, and its thread-locals live in the static TLS block as the
+// real driver's do, not in blocks __tls_get_addr allocates. GCC 12's LeakSanitizer guesses the size
+// of such a block from the bytes before it when it starts 16 bytes into a page (one block in 256),
+// reads past it and crashes its exit check ("Tracer caught signal 11").
+__attribute__((tls_model("initial-exec"))) thread_local Context* tCurrent = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local int tInHostFunc = 0;
 
 bool parseSize(const char* s, uint64_t* out) {
   char* end = nullptr;
