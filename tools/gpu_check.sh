@@ -24,6 +24,10 @@
 # 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
 # (6b. loom_torch with CPU tensors, built against the machine's PyTorch: ops against gloo, DDP.)
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
+# GPU_CHECK_ONLY=REGEX runs only the steps whose names match (a short rerun of what failed), and
+# GPU_CHECK_STACKS=S dumps every thread's stack of each step's processes S seconds after they
+# start (tests/tools/stackdump.cc, preloaded) into the logs' stacks/ (for hangs: symbolize with
+# addr2line against the unstripped build-gpu-bundle); GPU_CHECK_STEP_LIMIT=S caps each step's time.
 # The whole check keeps within GPU_CHECK_BUDGET seconds (default 480, under the device tool's
 # 600-second limit per command): each step's limit is cut to what is left, a step with under 15 s
 # left is skipped and named, and the summary and logs reach $OUT after every step, so a run cut
@@ -53,15 +57,25 @@ publish() {
 step() {
   local name=$1 limit=$2
   shift 2
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && [ "$name" != build ] && ! [[ $name =~ $GPU_CHECK_ONLY ]]; then
+    return 0
+  fi
   local left=$((BUDGET - ($(date +%s) - started)))
   if [ $left -lt 15 ]; then
     note "$name" skip "the check's time budget (${BUDGET}s) is spent"
     return 0
   fi
   [ $limit -gt $left ] && limit=$left
+  [ -n "${GPU_CHECK_STEP_LIMIT:-}" ] && [ $limit -gt "$GPU_CHECK_STEP_LIMIT" ] && limit=$GPU_CHECK_STEP_LIMIT
   echo "== $name: $*"
   local t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local pre=()
+  if [ -n "${GPU_CHECK_STACKS:-}" ] && [ -n "${STACKDUMP:-}" ]; then
+    mkdir -p "$LOGS/stacks/$name"
+    pre=(env "LD_PRELOAD=$STACKDUMP" "LOOMTEST_STACKS_AFTER=$GPU_CHECK_STACKS"
+      "LOOMTEST_STACKS_DIR=$LOGS/stacks/$name")
+  fi
+  timeout --kill-after=10 "$limit" "${pre[@]}" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$? t=$(($(date +%s) - t0))
   tail -n 25 "$LOGS/$name.log"
   if [ $rc -eq 0 ]; then
@@ -85,6 +99,7 @@ if [ -x "$ROOT/gpu-bundle/bin/loom-perf" ]; then
     export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ROOT/gpu-bundle/lib-fallback
   fi
   PLUGIN=$ROOT/gpu-bundle/lib/libnccl-net-loom.so
+  STACKDUMP=$ROOT/gpu-bundle/lib/libloom-stackdump.so
   if ! "$BIN/loom-perf" --help >/dev/null 2>&1; then
     note build FAIL "the bundle's loom-perf does not start here: $("$BIN/loom-perf" --help 2>&1 | head -2)"
     cat "$SUMMARY"
@@ -98,7 +113,7 @@ else
   command -v ninja >/dev/null && gen="-G Ninja"
   step build 300 bash -c "cmake -S '$ROOT' -B '$B' $gen -DCMAKE_BUILD_TYPE=Release \
       -DLOOM_BUILD_TESTS=ON -DLOOM_CUDA_ARCHS=90 && cmake --build '$B' -j \$(nproc) --target \
-      loom loom-perf loom-device-bw loom-topo collectives_tests nccl_net_loom" || {
+      loom loom-perf loom-device-bw loom-topo collectives_tests nccl_net_loom loom_stackdump" || {
     cat "$SUMMARY"
     exit 1
   }
@@ -107,6 +122,7 @@ else
   for t in tools/perf/loom-perf tools/perf/loom-device-bw tools/topo/loom-topo \
     tests/collectives/collectives_tests; do ln -sf "$B/$t" "$BIN/"; done
   PLUGIN=$B/transports/ncclnet/plugin/libnccl-net-loom.so
+  STACKDUMP=$B/tests/tools/libloom-stackdump.so
 fi
 
 # ---- 2. the machine ---------------------------------------------------------------------------------

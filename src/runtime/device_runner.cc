@@ -51,6 +51,48 @@ void reapRetired() {
           r.end());
 }
 
+// Where a call's device buffers go on the host: in place, the whole buffer the input lives in (it
+// holds both); out of place, the input (read) and the output (written in full).
+struct StagePlan {
+  size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
+  bool stageIn = false, stageOut = false, whole = false;
+};
+
+// The plans of a job's calls, packed one after the other; returns the pinned bytes they need.
+size_t planStaging(const std::vector<QueuedOp>& calls, int n, std::vector<StagePlan>* plans) {
+  plans->assign(calls.size(), StagePlan{});
+  size_t total = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const OpArgs& a = calls[i].args;
+    StagePlan& p = (*plans)[i];
+    const size_t es = dataTypeSize(a.dtype);
+    const CollCounts c = collCounts(a.coll, a.count, n);
+    const bool inDev = calls[i].inDevice, outDev = calls[i].outDevice;
+    if (a.inPlace && (inDev || outDev)) {
+      // The larger buffer holds the other (ReduceScatter: the input; else the output).
+      p.whole = true;
+      p.stageIn = p.stageOut = true;
+      p.inBytes = (a.coll == CollKind::kReduceScatter ? c.input : c.output) * es;
+      p.inOff = total;
+      total += alignUp(p.inBytes);
+      continue;
+    }
+    if (inDev) {
+      p.stageIn = true;
+      p.inBytes = c.input * es;
+      p.inOff = total;
+      total += alignUp(p.inBytes);
+    }
+    if (outDev) {
+      p.stageOut = true;
+      p.outBytes = c.output * es;
+      p.outOff = total;
+      total += alignUp(p.outBytes);
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int device) {
@@ -86,6 +128,7 @@ DeviceRunner::~DeviceRunner() {
     api.cuStreamDestroy(stream_);
   }
   if (pinned_) api.cuMemFreeHost(pinned_);
+  for (char* p : outgrown_) api.cuMemFreeHost(p);
   onePass_.reset();  // closes its IPC mappings
   if (passed_) {
     if (signal_ && api.cuEventQuery(passed_) == cuda::kErrorNotReady) {
@@ -108,6 +151,8 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
   auto job = std::make_shared<Job>();
   job->calls = std::move(calls);
   job->streams = std::move(streams);
+  LOOM_TRY(device::useDevice(device_));
+  LOOM_TRY(reserveStaging(job.get()));
   if (!job->streams.empty()) {
     // The first stream carries the handoff; the others join it before and after (events), as a
     // group's streams must all reach the calls and all wait for them.
@@ -157,6 +202,7 @@ void DeviceRunner::finish(Job* job, Status st) {
   std::lock_guard<std::mutex> lk(mu_);
   job->status = std::move(st);
   job->finished = true;
+  busy_ = false;
   cv_.notify_all();
 }
 
@@ -170,6 +216,7 @@ void DeviceRunner::loop() {
       if (jobs_.empty()) return;  // stopping, nothing left
       job = jobs_.front();
       jobs_.pop_front();
+      busy_ = true;
       if (stop_) {
         lk.unlock();
         Status why = comm_->asyncError();
@@ -228,21 +275,37 @@ void DeviceRunner::loop() {
   }
 }
 
-Result<char*> DeviceRunner::staging(size_t bytes) {
-  if (bytes <= pinnedBytes_) return pinned_;
+Status DeviceRunner::reserveStaging(Job* job) {
+  std::vector<StagePlan> plans;
+  const size_t need = planStaging(job->calls, comm_->nranks(), &plans);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  if (pinned_) {
-    LOOM_CU(api.cuStreamSynchronize(stream_));
-    api.cuMemFreeHost(pinned_);
-    pinned_ = nullptr;
-    pinnedBytes_ = 0;
+  // Buffers outgrown earlier go once the runner is idle: no stream then waits on Loom, so the
+  // device-wide wait of cuMemFreeHost waits for the users' own work only.
+  std::vector<char*> idle;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (jobs_.empty() && !busy_) idle.swap(outgrown_);
   }
-  const size_t want = std::max(bytes, pinnedBytes_ * 2);
-  void* p = nullptr;
-  LOOM_CU(api.cuMemHostAlloc(&p, want, cuda::kMemHostAllocPortable));
-  pinned_ = static_cast<char*>(p);
-  pinnedBytes_ = want;
-  return pinned_;
+  for (char* p : idle) api.cuMemFreeHost(p);
+  if (need > pinnedBytes_) {
+    const size_t want = std::max(need, pinnedBytes_ * 2);
+    void* p = nullptr;
+    const cuda::CUresult rc = api.cuMemHostAlloc(&p, want, cuda::kMemHostAllocPortable);
+    if (rc != cuda::kSuccess)
+      return cuda::cudaError(rc, "cuMemHostAlloc")
+          .withContext(fmt::format("rank {}: {} bytes of pinned host memory to stage device "
+                                   "buffers through",
+                                   comm_->rank(), want));
+    if (pinned_) {
+      std::lock_guard<std::mutex> lk(mu_);
+      outgrown_.push_back(pinned_);  // a job in flight may still use it
+    }
+    pinned_ = static_cast<char*>(p);
+    pinnedBytes_ = want;
+  }
+  job->staging = pinned_;
+  job->stagingBytes = pinnedBytes_;
+  return Status();
 }
 
 Status DeviceRunner::run(Job& job) {
@@ -263,46 +326,13 @@ Status DeviceRunner::run(Job& job) {
   }
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   const int n = comm_->nranks(), me = comm_->rank();
-  // Where each call's device buffers go on the host: in place, the whole buffer the input lives
-  // in (it holds both); out of place, the input (read) and the output (written in full).
-  struct StagePlan {
-    size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
-    bool stageIn = false, stageOut = false, whole = false;
-  };
-  std::vector<StagePlan> plans(job.calls.size());
-  size_t total = 0;
-  for (size_t i = 0; i < job.calls.size(); ++i) {
-    const OpArgs& a = job.calls[i].args;
-    StagePlan& p = plans[i];
-    const size_t es = dataTypeSize(a.dtype);
-    const CollCounts c = collCounts(a.coll, a.count, n);
-    const bool inDev = job.calls[i].inDevice, outDev = job.calls[i].outDevice;
-    if (a.inPlace && (inDev || outDev)) {
-      // The larger buffer holds the other (ReduceScatter: the input; else the output).
-      p.whole = true;
-      p.stageIn = p.stageOut = true;
-      p.inBytes = (a.coll == CollKind::kReduceScatter ? c.input : c.output) * es;
-      p.inOff = total;
-      total += alignUp(p.inBytes);
-      continue;
-    }
-    if (inDev) {
-      p.stageIn = true;
-      p.inBytes = c.input * es;
-      p.inOff = total;
-      total += alignUp(p.inBytes);
-    }
-    if (outDev) {
-      p.stageOut = true;
-      p.outBytes = c.output * es;
-      p.outOff = total;
-      total += alignUp(p.outBytes);
-    }
-  }
-  char* host = nullptr;
-  if (total) {
-    LOOM_ASSIGN(host, staging(total));
-  }
+  std::vector<StagePlan> plans;
+  const size_t total = planStaging(job.calls, n, &plans);
+  // Pinned memory reserved by post() on the calling thread: never allocated here (see there).
+  char* host = job.staging;
+  if (total > job.stagingBytes)
+    return LOOM_ERROR(kInternal, "staging needs {} bytes of pinned memory, {} were reserved", total,
+                      job.stagingBytes);
   std::vector<QueuedOp> hostCalls = job.calls;
   std::vector<Copy> ins, outs;
   for (size_t i = 0; i < job.calls.size(); ++i) {

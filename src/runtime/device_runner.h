@@ -75,6 +75,8 @@ class DeviceRunner {
     std::vector<cuda::CUstream> streams;
     uint64_t seq = 0;  // on streams: the signal's sequence number; 0: a caller waits
     std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
+    char* staging = nullptr;            // pinned memory reserved for the staging copies
+    size_t stagingBytes = 0;
     bool finished = false;
     Status status;
   };
@@ -83,8 +85,13 @@ class DeviceRunner {
   DeviceRunner(Comm* comm, int device) : comm_(comm), device_(device) {}
   void loop();
   Status run(Job& job);
-  // Pinned host memory for a job's staging, grown as needed and reused.
-  Result<char*> staging(size_t bytes);
+  // Pinned host memory for a job's staging (job->staging), grown as needed and reused, on the
+  // calling thread: never on the runner thread, where a user's stream may wait for the running
+  // job. The real driver's allocations take a lock that a blocking call of another thread may
+  // hold while it waits for that stream (a copy to pageable memory), and cuMemFreeHost waits for
+  // the whole device: either deadlocks there (seen on an H200; the emulated device has no such
+  // lock).
+  Status reserveStaging(Job* job);
   void finish(Job* job, Status st);
 
   Comm* comm_;
@@ -95,8 +102,10 @@ class DeviceRunner {
   cuda::CUevent passed_ = nullptr;
   cuda::CUstream stream_ = nullptr;  // Loom's own stream: the staging copies, the one pass
   std::unique_ptr<DeviceOnePass> onePass_;
-  char* pinned_ = nullptr;
+  char* pinned_ = nullptr;  // the staging buffer new jobs get (reserveStaging)
   size_t pinnedBytes_ = 0;
+  std::vector<char*> outgrown_;  // earlier staging buffers, freed once the runner is idle (mu_)
+  bool busy_ = false;            // the thread is running a job (mu_)
   uint64_t nextSeq_ = 0;
 
   std::mutex mu_;
