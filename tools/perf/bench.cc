@@ -115,17 +115,32 @@ struct WireRankInfo {
   char cpu[120];
 };
 
+// One rank this thread drives (-g N: N of them, each on its own GPU, their calls issued in one
+// group as nccl-tests issues them): its communicator, buffers and device buffers.
+struct Local {
+  RankContext ctx;
+  HostBuffer send, recv, small;
+  DeviceBuffers dev;
+  Registration sendReg, recvReg;  // -R; declared after the buffers: released before them
+};
+
 class Bench {
  public:
-  Bench(const Options& opts, const RankContext& ctx) : opts_(opts), ctx_(ctx) {}
+  Bench(const Options& opts, const std::vector<RankContext>& ranks) : opts_(opts) {
+    for (const RankContext& r : ranks) {
+      locals_.push_back(std::make_unique<Local>());
+      locals_.back()->ctx = r;
+    }
+    first_ = locals_[0]->ctx;
+  }
 
   int run() {
     Status st = runAll();
     if (rowOpen_) print("\n");
     if (!st.isOk()) {
       // A usage error is the same on every rank: rank 0 says it once.
-      if (!usageError_ || ctx_.rank == 0)
-        std::fprintf(stderr, "loom-perf: rank %d: %s\n", ctx_.rank, st.message().c_str());
+      if (!usageError_ || first_.rank == 0)
+        std::fprintf(stderr, "loom-perf: rank %d: %s\n", first_.rank, st.message().c_str());
       std::fflush(stderr);
       writeReport(st.message());
       return usageError_ ? kExitUsage : kExitLoomError;
@@ -135,17 +150,41 @@ class Bench {
   }
 
  private:
+  // Runs f(local) for each rank of this thread; with several, inside one group (their calls are
+  // issued as one, as nccl-tests' -g issues them), which also holds the calls f queues in groups
+  // of its own (-m).
+  template <typename F>
+  Status eachLocal(F f) {
+    if (locals_.size() == 1) return f(*locals_[0]);
+    LOOM_TRY(loomCall(loomGroupStart(), "loomGroupStart"));
+    Status first;
+    for (auto& l : locals_) {
+      first = f(*l);
+      if (!first.isOk()) break;
+    }
+    Status end = loomCall(loomGroupEnd(), "loomGroupEnd");
+    return first.isOk() ? end : first;
+  }
+
+  // Runs f(local) for each rank of this thread, one after the other (no calls between ranks).
+  template <typename F>
+  Status forLocals(F f) {
+    for (auto& l : locals_) LOOM_TRY(f(*l));
+    return Status::ok();
+  }
+
   Status runAll() {
     const CollInfo& info = collInfo(opts_.coll);
+    const int nranks = first_.nranks;
     std::vector<int> roots;
     if (!info.hasRoot) {
       roots.push_back(-1);
     } else if (opts_.root == -1) {
-      for (int r = 0; r < ctx_.nranks; ++r) roots.push_back(r);
-    } else if (opts_.root >= ctx_.nranks) {
+      for (int r = 0; r < nranks; ++r) roots.push_back(r);
+    } else if (opts_.root >= nranks) {
       usageError_ = true;
       return Status(Code::kInvalidArgument,
-                    fmt::format("root {} is out of range for {} ranks", opts_.root, ctx_.nranks));
+                    fmt::format("root {} is out of range for {} ranks", opts_.root, nranks));
     } else {
       roots.push_back(opts_.root);
     }
@@ -156,9 +195,14 @@ class Bench {
     // Allocated like nccl-tests: maxbytes each; every size fits, with room to rotate offsets.
     bufferBytes_ = opts_.maxBytes;
     const bool shared = opts_.localRegister != 0;
-    send_ = allocBuffer(bufferBytes_, shared);
-    recv_ = allocBuffer(bufferBytes_, shared);
-    small_ = allocBuffer(64, false);
+    for (auto& l : locals_) {
+      l->send = allocBuffer(bufferBytes_, shared);
+      l->recv = allocBuffer(bufferBytes_, shared);
+      l->small = allocBuffer(64, false);
+      if (!l->send || !l->recv || !l->small)
+        return Status(Code::kSystem, fmt::format("cannot allocate 2 x {} bytes of host memory{}",
+                                                 bufferBytes_, shared ? " (loomMemAlloc)" : ""));
+    }
     // --mem device (or auto where a GPU is usable): the calls take device buffers of the same
     // size and a stream; the host buffers above are the mirrors that fill and check them.
     if (opts_.mem == "device" || (opts_.mem == "auto" && deviceUnavailable().empty())) {
@@ -169,19 +213,21 @@ class Bench {
       }
       onDevice_ = true;
     }
-    if (!send_ || !recv_ || !small_)
-      return Status(Code::kSystem, fmt::format("cannot allocate 2 x {} bytes of host memory{}",
-                                               bufferBytes_, shared ? " (loomMemAlloc)" : ""));
     if (shared) {
       const size_t bytes = std::max<size_t>(bufferBytes_, 1);
-      LOOM_TRY(sendReg_.reg(ctx_.comm, send_.get(), bytes));
-      LOOM_TRY(recvReg_.reg(ctx_.comm, recv_.get(), bytes));
+      Status done = forLocals([&](Local& l) -> Status {
+        LOOM_TRY(l.sendReg.reg(l.ctx.comm, l.send.get(), bytes));
+        return l.recvReg.reg(l.ctx.comm, l.recv.get(), bytes);
+      });
+      if (!done.isOk()) return done;
     }
 
     LOOM_TRY(gatherRanks());
     if (onDevice_) {
-      LOOM_TRY(dev_.init(ranks_[static_cast<size_t>(ctx_.rank)].device, bufferBytes_)
-                   .withContext("--mem device"));
+      LOOM_TRY(forLocals([&](Local& l) {
+        return l.dev.init(ranks_[static_cast<size_t>(l.ctx.rank)].device, bufferBytes_)
+            .withContext("--mem device");
+      }));
       LOOM_TRY(gatherDevices());
     }
     print(formatHeader(opts_, ranks_));
@@ -218,14 +264,14 @@ class Bench {
 
   // --plan: what the planner chooses for each size of the sweep, from rank 0; nothing runs.
   Status printPlan(const std::vector<int>& roots) {
-    if (ctx_.rank != 0) return Status::ok();
+    if (first_.rank != 0) return Status::ok();
     const loomCollective_t* coll = planName() ? &planName()->coll : nullptr;
     if (!coll) {
       usageError_ = true;
       return Status(Code::kInvalidArgument, "--plan: sendrecv is point to point (no algorithm)");
     }
     std::string out = fmt::format("# loom-perf --plan: {} on {} ranks (nothing is run)\n#\n",
-                                  collTestName(opts_.coll), ctx_.nranks);
+                                  collTestName(opts_.coll), first_.nranks);
     out += fmt::format("# {:>12} {:>12} {:>8} {:>5} {:>16} {:>9} {:>7} {:>13}  {}\n", "size",
                        "count", "type", "root", "path", "algorithm", "source", "predicted(us)",
                        "candidates: predicted us (x: excluded by LOOM_ALGO)");
@@ -233,10 +279,10 @@ class Bench {
       size_t el = dataTypeSize(type);
       for (int root : roots) {
         for (size_t bytes : sweepSizes(opts_)) {
-          CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+          CollCounts c = collCounts(opts_.coll, bytes, el, first_.nranks);
           loomPlanInfo_t pi;
           LOOM_TRY(loomCall(
-              loomCommPlanInfo(ctx_.comm, *coll, c.paramCount, type, root < 0 ? 0 : root, 0, &pi),
+              loomCommPlanInfo(first_.comm, *coll, c.paramCount, type, root < 0 ? 0 : root, 0, &pi),
               "loomCommPlanInfo"));
           std::string cands;
           for (int i = 0; i < pi.nCandidates; ++i) {
@@ -262,15 +308,20 @@ class Bench {
       char name[92];
       char bus[32];
     };
-    const size_t n = static_cast<size_t>(ctx_.nranks);
-    HostBuffer mem = allocBuffer(sizeof(Wire) * (n + 1), false);
-    Wire* all = reinterpret_cast<Wire*>(mem.get());
-    Wire& mine = all[n];
-    mine.device = dev_.device();
-    std::snprintf(mine.name, sizeof(mine.name), "%s", dev_.name().c_str());
-    std::snprintf(mine.bus, sizeof(mine.bus), "%s", dev_.busId().c_str());
-    LOOM_TRY(loomCall(loomAllGather(&mine, all, sizeof(Wire), loomUint8, ctx_.comm, nullptr),
-                      "loomAllGather (device information)"));
+    const size_t n = static_cast<size_t>(first_.nranks);
+    std::vector<std::vector<Wire>> got(locals_.size(), std::vector<Wire>(n + 1));
+    size_t k = 0;
+    LOOM_TRY(eachLocal([&](Local& l) {
+      std::vector<Wire>& all = got[k++];
+      Wire& mine = all[n];
+      mine.device = l.dev.device();
+      std::snprintf(mine.name, sizeof(mine.name), "%s", l.dev.name().c_str());
+      std::snprintf(mine.bus, sizeof(mine.bus), "%s", l.dev.busId().c_str());
+      return loomCall(
+          loomAllGather(&mine, all.data(), sizeof(Wire), loomUint8, l.ctx.comm, nullptr),
+          "loomAllGather (device information)");
+    }));
+    const std::vector<Wire>& all = got[0];
     for (size_t r = 0; r < n; ++r) {
       ranks_[r].device = all[r].device;
       ranks_[r].gpu = std::string(all[r].name, strnlen(all[r].name, sizeof(all[r].name)));
@@ -280,16 +331,22 @@ class Bench {
   }
 
   Status gatherRanks() {
-    WireRankInfo mine{};
-    mine.rank = ctx_.rank;
-    mine.pid = static_cast<int32_t>(getpid());
-    std::snprintf(mine.host, sizeof(mine.host), "%s", hostName().c_str());
-    std::snprintf(mine.cpu, sizeof(mine.cpu), "%s", cpuModel().c_str());
-    std::vector<WireRankInfo> all(static_cast<size_t>(ctx_.nranks));
-    LOOM_TRY(loomCall(loomAllGather(&mine, all.data(), sizeof(mine), loomUint8, ctx_.comm, nullptr),
-                      "loomAllGather (rank information)"));
+    const size_t n = static_cast<size_t>(first_.nranks);
+    std::vector<WireRankInfo> mine(locals_.size());
+    std::vector<std::vector<WireRankInfo>> got(locals_.size(), std::vector<WireRankInfo>(n));
+    size_t k = 0;
+    LOOM_TRY(eachLocal([&](Local& l) {
+      WireRankInfo& m = mine[k];
+      m.rank = l.ctx.rank;
+      m.pid = static_cast<int32_t>(getpid());
+      std::snprintf(m.host, sizeof(m.host), "%s", hostName().c_str());
+      std::snprintf(m.cpu, sizeof(m.cpu), "%s", cpuModel().c_str());
+      std::vector<WireRankInfo>& all = got[k++];
+      return loomCall(loomAllGather(&m, all.data(), sizeof(m), loomUint8, l.ctx.comm, nullptr),
+                      "loomAllGather (rank information)");
+    }));
     std::map<std::string, int> perHost;
-    for (const auto& w : all) {
+    for (const auto& w : got[0]) {
       RankInfo r;
       r.rank = w.rank;
       r.pid = w.pid;
@@ -302,50 +359,50 @@ class Bench {
   }
 
   // The call of iteration iter: the offset rotates through the buffer as in nccl-tests.
-  CollCall makeCall(loomDataType_t type, loomRedOp_t op, int root, const CollCounts& c,
-                    bool inPlace, long iter) const {
+  CollCall makeCall(const Local& l, loomDataType_t type, loomRedOp_t op, int root,
+                    const CollCounts& c, bool inPlace, long iter) const {
     const size_t el = dataTypeSize(type);
     const size_t total = std::max(c.sendCount, c.recvCount) * el;
     size_t steps = total ? bufferBytes_ / total : 1;
     if (steps == 0) steps = 1;
     const size_t shift = total * (static_cast<size_t>(iter) % steps);
-    char* send = send_.get() + shift;
-    char* recv = recv_.get() + shift;
-    const size_t rank = static_cast<size_t>(ctx_.rank);
+    char* send = l.send.get() + shift;
+    char* recv = l.recv.get() + shift;
+    const size_t rank = static_cast<size_t>(l.ctx.rank);
     if (inPlace) {
       send = recv + rank * c.sendInplaceOffset * el;
       recv = recv + rank * c.recvInplaceOffset * el;
     }
-    CollCall call{opts_.coll, send, recv,      c.paramCount, type,
-                  op,         root, ctx_.rank, ctx_.nranks,  ctx_.comm};
-    return onDevice_ ? onDeviceCall(call) : call;
+    CollCall call{opts_.coll, send, recv,       c.paramCount, type,
+                  op,         root, l.ctx.rank, l.ctx.nranks, l.ctx.comm};
+    return onDevice_ ? onDeviceCall(l, call) : call;
   }
 
   // The same call on the device buffers (at the same offsets) and the rank's stream.
-  CollCall onDeviceCall(CollCall host) const {
+  CollCall onDeviceCall(const Local& l, CollCall host) const {
     auto move = [&](const void* p, const char* hostBase, void* devBase) -> void* {
       return static_cast<char*>(devBase) + (static_cast<const char*>(p) - hostBase);
     };
     const bool inRecv =
-        host.sendbuff >= recv_.get() && host.sendbuff < recv_.get() + bufferBytes_ + 1;
-    host.sendbuff = inRecv ? move(host.sendbuff, recv_.get(), dev_.recv())
-                           : move(host.sendbuff, send_.get(), dev_.send());
-    host.recvbuff = move(host.recvbuff, recv_.get(), dev_.recv());
-    host.stream = dev_.stream();
+        host.sendbuff >= l.recv.get() && host.sendbuff < l.recv.get() + bufferBytes_ + 1;
+    host.sendbuff = inRecv ? move(host.sendbuff, l.recv.get(), l.dev.recv())
+                           : move(host.sendbuff, l.send.get(), l.dev.send());
+    host.recvbuff = move(host.recvbuff, l.recv.get(), l.dev.recv());
+    host.stream = l.dev.stream();
     return host;
   }
 
   // The host mirror of a device call (fill and check work on it).
-  CollCall onHostCall(CollCall dev) const {
+  CollCall onHostCall(const Local& l, CollCall dev) const {
     auto move = [&](const void* p, void* devBase, const char* hostBase) -> char* {
       return const_cast<char*>(hostBase) +
              (static_cast<const char*>(p) - static_cast<char*>(devBase));
     };
-    const bool inRecv = dev.sendbuff >= dev_.recv() &&
-                        dev.sendbuff < static_cast<char*>(dev_.recv()) + bufferBytes_ + 1;
-    dev.sendbuff = inRecv ? move(dev.sendbuff, dev_.recv(), recv_.get())
-                          : move(dev.sendbuff, dev_.send(), send_.get());
-    dev.recvbuff = move(dev.recvbuff, dev_.recv(), recv_.get());
+    const bool inRecv = dev.sendbuff >= l.dev.recv() &&
+                        dev.sendbuff < static_cast<char*>(l.dev.recv()) + bufferBytes_ + 1;
+    dev.sendbuff = inRecv ? move(dev.sendbuff, l.dev.recv(), l.recv.get())
+                          : move(dev.sendbuff, l.dev.send(), l.send.get());
+    dev.recvbuff = move(dev.recvbuff, l.dev.recv(), l.recv.get());
     dev.stream = nullptr;
     return dev;
   }
@@ -358,54 +415,73 @@ class Bench {
   }
 
   Status barrier() {
-    int32_t* v = reinterpret_cast<int32_t*>(small_.get());
-    v[0] = 0;
-    return loomCall(loomAllReduce(v, v, 1, loomInt32, loomSum, ctx_.comm, nullptr),
-                    "loomAllReduce (barrier)");
+    return eachLocal([&](Local& l) {
+      int32_t* v = reinterpret_cast<int32_t*>(l.small.get());
+      v[0] = 0;
+      return loomCall(loomAllReduce(v, v, 1, loomInt32, loomSum, l.ctx.comm, nullptr),
+                      "loomAllReduce (barrier)");
+    });
   }
 
-  // Combines this rank's seconds per op across ranks as -a asks.
+  // Combines this thread's seconds per op (the same for each of its ranks) across ranks as -a
+  // asks.
   Status combineTime(double* sec) {
-    double* v = reinterpret_cast<double*>(small_.get());
-    *v = *sec;
-    switch (opts_.average) {
-      case 0:
-        LOOM_TRY(loomCall(loomBroadcast(v, v, 1, loomFloat64, 0, ctx_.comm, nullptr),
-                          "loomBroadcast (rank 0 time)"));
-        break;
-      case 1:
-        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomSum, ctx_.comm, nullptr),
-                          "loomAllReduce (mean time)"));
-        *v /= ctx_.nranks;
-        break;
-      case 2:
-        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMin, ctx_.comm, nullptr),
-                          "loomAllReduce (min time)"));
-        break;
-      default:
-        LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMax, ctx_.comm, nullptr),
-                          "loomAllReduce (max time)"));
-        break;
-    }
-    *sec = *v;
+    const double mine = *sec;
+    LOOM_TRY(eachLocal([&](Local& l) -> Status {
+      double* v = reinterpret_cast<double*>(l.small.get());
+      *v = mine;
+      switch (opts_.average) {
+        case 0:
+          return loomCall(loomBroadcast(v, v, 1, loomFloat64, 0, l.ctx.comm, nullptr),
+                          "loomBroadcast (rank 0 time)");
+        case 1:
+          return loomCall(loomAllReduce(v, v, 1, loomFloat64, loomSum, l.ctx.comm, nullptr),
+                          "loomAllReduce (mean time)");
+        case 2:
+          return loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMin, l.ctx.comm, nullptr),
+                          "loomAllReduce (min time)");
+        default:
+          return loomCall(loomAllReduce(v, v, 1, loomFloat64, loomMax, l.ctx.comm, nullptr),
+                          "loomAllReduce (max time)");
+      }
+    }));
+    *sec = *reinterpret_cast<double*>(locals_[0]->small.get());
+    if (opts_.average == 1) *sec /= first_.nranks;
     return Status::ok();
   }
 
+  // The sum over every rank of the thread's *value (counted once, by its first rank).
   Status sumAcrossRanks(int64_t* value) {
-    int64_t* v = reinterpret_cast<int64_t*>(small_.get());
-    *v = *value;
-    LOOM_TRY(loomCall(loomAllReduce(v, v, 1, loomInt64, loomSum, ctx_.comm, nullptr),
-                      "loomAllReduce (wrong-value count)"));
-    *value = *v;
+    const int64_t mine = *value;
+    LOOM_TRY(eachLocal([&](Local& l) {
+      int64_t* v = reinterpret_cast<int64_t*>(l.small.get());
+      *v = &l == locals_[0].get() ? mine : 0;
+      return loomCall(loomAllReduce(v, v, 1, loomInt64, loomSum, l.ctx.comm, nullptr),
+                      "loomAllReduce (wrong-value count)");
+    }));
+    *value = *reinterpret_cast<int64_t*>(locals_[0]->small.get());
     return Status::ok();
+  }
+
+  // Issues call(local) for every rank of this thread (in one group when there are several).
+  template <typename MakeCall>
+  Status issueAll(MakeCall call) {
+    return eachLocal([&](Local& l) { return issue(call(l)); });
+  }
+
+  // Waits for every device buffer's stream.
+  Status syncAll() {
+    return forLocals([](Local& l) { return l.dev.sync(); });
   }
 
   // Warm-up at the largest and the smallest size, out of place.
   Status warmUp(loomDataType_t type, loomRedOp_t op, int root) {
     for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
-      CollCounts c = collCounts(opts_.coll, bytes, dataTypeSize(type), ctx_.nranks);
+      CollCounts c = collCounts(opts_.coll, bytes, dataTypeSize(type), first_.nranks);
       for (int w = 0; w < opts_.warmupIters; ++w)
-        LOOM_TRY(issue(makeCall(type, op, root, c, false, w)).withContext("warm-up"));
+        LOOM_TRY(issueAll([&](const Local& l) {
+                   return makeCall(l, type, op, root, c, false, w);
+                 }).withContext("warm-up"));
     }
     return Status::ok();
   }
@@ -426,13 +502,13 @@ class Bench {
   Status timeTest(loomDataType_t type, loomRedOp_t op, int root, bool hasOp) {
     const size_t el = dataTypeSize(type);
     LOOM_TRY(warmUp(type, op, root));
-    Pattern pattern(opts_.coll, type, op, ctx_.nranks);
+    Pattern pattern(opts_.coll, type, op, first_.nranks);
     const std::vector<size_t> sizes = sweepSizes(opts_);
     long repeat = opts_.runCycles;
     int cycle = 0;
     do {
       for (size_t bytes : sizes) {
-        CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+        CollCounts c = collCounts(opts_.coll, bytes, el, first_.nranks);
         Row row = newRow(type, op, root, hasOp, c, cycle);
         print(formatRowPrefix(row));
         rowOpen_ = true;
@@ -463,17 +539,19 @@ class Bench {
     const size_t nAlgos = opts_.compare.size();
     auto use = [&](const std::string& algo) -> Status {
       std::string spec = algo == "auto" ? "" : std::string(planName()->spec) + ":" + algo;
-      Status st = loomCall(loomCommSetAlgo(ctx_.comm, spec.c_str()), "loomCommSetAlgo");
+      Status st = forLocals([&](Local& l) {
+        return loomCall(loomCommSetAlgo(l.ctx.comm, spec.c_str()), "loomCommSetAlgo");
+      });
       if (!st.isOk()) usageError_ = true;  // an unknown name: the same on every rank
       return st;
     };
     LOOM_TRY(warmUp(type, op, root));
-    Pattern pattern(opts_.coll, type, op, ctx_.nranks);
+    Pattern pattern(opts_.coll, type, op, first_.nranks);
     long repeat = opts_.runCycles;
     int cycle = 0;
     do {
       for (size_t bytes : sweepSizes(opts_)) {
-        CollCounts c = collCounts(opts_.coll, bytes, el, ctx_.nranks);
+        CollCounts c = collCounts(opts_.coll, bytes, el, first_.nranks);
         Row row = newRow(type, op, root, hasOp, c, cycle);
         for (const std::string& a : opts_.compare) row.compare.push_back({a, Measurement{}});
         for (int round = 0; round < opts_.compareRounds; ++round) {
@@ -493,8 +571,8 @@ class Bench {
         }
         LOOM_TRY(use("auto"));
         loomPlanInfo_t pi;
-        if (ctx_.rank == 0 && loomCommPlanInfo(ctx_.comm, planName()->coll, c.paramCount, type,
-                                               root < 0 ? 0 : root, 0, &pi) == loomSuccess)
+        if (first_.rank == 0 && loomCommPlanInfo(first_.comm, planName()->coll, c.paramCount, type,
+                                                 root < 0 ? 0 : root, 0, &pi) == loomSuccess)
           row.planned =
               std::string(pi.algorithm) +
               (std::string(pi.path) == "schedule" ? "" : " (" + std::string(pi.path) + ")");
@@ -513,33 +591,40 @@ class Bench {
   Status benchTime(loomDataType_t type, loomRedOp_t op, int root, const CollCounts& c, bool inPlace,
                    const Pattern& pattern, Measurement* m) {
     // One untimed op, then a barrier so that every rank starts the clock together.
-    LOOM_TRY(issue(makeCall(type, op, root, c, inPlace, 0)));
+    auto callAt = [&](long iter) {
+      return [&, iter](const Local& l) { return makeCall(l, type, op, root, c, inPlace, iter); };
+    };
+    LOOM_TRY(issueAll(callAt(0)));
     LOOM_TRY(barrier());
 
     const int agg = opts_.aggIters;
+    const bool grouped = agg > 1 || locals_.size() > 1;
     auto start = std::chrono::steady_clock::now();
     for (int iter = 0; iter < opts_.iters; ++iter) {
-      if (agg > 1) LOOM_TRY(loomCall(loomGroupStart(), "loomGroupStart"));
+      // The -m ops of every rank of this thread in one group.
+      if (grouped) LOOM_TRY(loomCall(loomGroupStart(), "loomGroupStart"));
       for (int a = 0; a < agg; ++a) {
-        Status st = issue(makeCall(type, op, root, c, inPlace, static_cast<long>(iter) * agg + a));
+        Status st = forLocals([&](Local& l) {
+          return issue(makeCall(l, type, op, root, c, inPlace, static_cast<long>(iter) * agg + a));
+        });
         if (!st.isOk()) {
-          if (agg > 1) (void)loomGroupEnd();
+          if (grouped) (void)loomGroupEnd();
           return st;
         }
       }
-      if (agg > 1) LOOM_TRY(loomCall(loomGroupEnd(), "loomGroupEnd"));
+      if (grouped) LOOM_TRY(loomCall(loomGroupEnd(), "loomGroupEnd"));
       if (opts_.blocking) {
-        if (onDevice_) LOOM_TRY(dev_.sync());
+        if (onDevice_) LOOM_TRY(syncAll());
         LOOM_TRY(barrier());
       }
     }
-    // On a stream the calls were enqueued: the clock stops when the stream has run them.
-    if (onDevice_) LOOM_TRY(dev_.sync());
+    // On a stream the calls were enqueued: the clock stops when the streams have run them.
+    if (onDevice_) LOOM_TRY(syncAll());
     std::chrono::duration<double> delta = std::chrono::steady_clock::now() - start;
     double sec = delta.count() / (static_cast<double>(opts_.iters) * agg);
     LOOM_TRY(combineTime(&sec));
     m->timeUs = sec * 1.0e6;
-    collBandwidth(opts_.coll, c.paramCount, dataTypeSize(type), sec, ctx_.nranks, &m->algBw,
+    collBandwidth(opts_.coll, c.paramCount, dataTypeSize(type), sec, first_.nranks, &m->algBw,
                   &m->busBw);
 
     // In-place sendrecv (one buffer sent and received in one group) is defined in Loom: the
@@ -547,31 +632,40 @@ class Bench {
     if (opts_.check > 0) {
       int64_t wrong = 0;
       for (int rep = 0; rep < opts_.check; ++rep) {
-        const CollCall call = makeCall(type, op, root, c, inPlace, 0);
-        CheckCall cc{onDevice_ ? onHostCall(call) : call, c};
-        fillInputs(cc, pattern);
-        if (onDevice_) {  // the mirrors to the device, the call, the output back
-          LOOM_TRY(dev_.toDevice(dev_.send(), send_.get(), bufferBytes_));
-          LOOM_TRY(dev_.toDevice(dev_.recv(), recv_.get(), bufferBytes_));
-        }
-        LOOM_TRY(issue(call));
-        if (onDevice_) {
-          LOOM_TRY(dev_.sync());
-          LOOM_TRY(dev_.toHost(recv_.get(), dev_.recv(), bufferBytes_));
-        }
-        std::string firstBad;
-        int64_t bad = checkOutputs(cc, pattern, &firstBad);
-        if (bad > 0 && reportedMismatches_ < kMaxMismatchReports) {
-          ++reportedMismatches_;
-          std::fprintf(stderr,
-                       "loom-perf: rank %d: %s %s %s root %d count %zu %s: %lld wrong values; "
-                       "first: %s\n",
-                       ctx_.rank, collTestName(opts_.coll), dataTypeName(type),
-                       collInfo(opts_.coll).hasOp ? redOpName(op) : "none", root, c.paramCount,
-                       inPlace ? "in-place" : "out-of-place", static_cast<long long>(bad),
-                       firstBad.c_str());
-        }
-        wrong += bad;
+        auto checked = [&](const Local& l) {
+          const CollCall call = makeCall(l, type, op, root, c, inPlace, 0);
+          return CheckCall{onDevice_ ? onHostCall(l, call) : call, c};
+        };
+        Status done = forLocals([&](Local& l) -> Status {
+          fillInputs(checked(l), pattern);
+          if (!onDevice_) return Status::ok();
+          // The mirrors to the device, then the call, then the output back.
+          LOOM_TRY(l.dev.toDevice(l.dev.send(), l.send.get(), bufferBytes_));
+          return l.dev.toDevice(l.dev.recv(), l.recv.get(), bufferBytes_);
+        });
+        if (!done.isOk()) return done;
+        LOOM_TRY(issueAll(callAt(0)));
+        done = forLocals([&](Local& l) -> Status {
+          if (onDevice_) {
+            LOOM_TRY(l.dev.sync());
+            LOOM_TRY(l.dev.toHost(l.recv.get(), l.dev.recv(), bufferBytes_));
+          }
+          std::string firstBad;
+          int64_t bad = checkOutputs(checked(l), pattern, &firstBad);
+          if (bad > 0 && reportedMismatches_ < kMaxMismatchReports) {
+            ++reportedMismatches_;
+            std::fprintf(stderr,
+                         "loom-perf: rank %d: %s %s %s root %d count %zu %s: %lld wrong values; "
+                         "first: %s\n",
+                         l.ctx.rank, collTestName(opts_.coll), dataTypeName(type),
+                         collInfo(opts_.coll).hasOp ? redOpName(op) : "none", root, c.paramCount,
+                         inPlace ? "in-place" : "out-of-place", static_cast<long long>(bad),
+                         firstBad.c_str());
+          }
+          wrong += bad;
+          return Status::ok();
+        });
+        if (!done.isOk()) return done;
       }
       LOOM_TRY(sumAcrossRanks(&wrong));
       m->wrong = wrong;
@@ -581,16 +675,16 @@ class Bench {
   }
 
   void print(const std::string& text) {
-    if (ctx_.rank != 0) return;
+    if (first_.rank != 0) return;
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
   }
 
   void writeReport(const std::string& error) {
-    if (ctx_.rank != 0 || opts_.jsonFile.empty()) return;
+    if (first_.rank != 0 || opts_.jsonFile.empty()) return;
     JsonReport report;
     report.opts = &opts_;
-    report.nranks = ctx_.nranks;
+    report.nranks = first_.nranks;
     report.ranks = ranks_;
     report.rows = rows_;
     report.wrongValues = totalWrong_;
@@ -604,11 +698,9 @@ class Bench {
   static constexpr int kMaxMismatchReports = 20;
 
   const Options& opts_;
-  const RankContext ctx_;
-  HostBuffer send_, recv_, small_;
+  std::vector<std::unique_ptr<Local>> locals_;  // this thread's ranks (-g), in rank order
+  RankContext first_;                           // locals_[0]'s: rank 0 of all prints
   bool onDevice_ = false;
-  DeviceBuffers dev_;
-  Registration sendReg_, recvReg_;  // -R; declared after the buffers: released before them
   size_t bufferBytes_ = 0;
   std::vector<RankInfo> ranks_;
   std::vector<Row> rows_;
@@ -623,8 +715,9 @@ class Bench {
 
 }  // namespace
 
-int runBenchmarks(const Options& opts, const RankContext& ctx) {
-  Bench bench(opts, ctx);
+int runBenchmarks(const Options& opts, const std::vector<RankContext>& ranks) {
+  if (ranks.empty()) return kExitUsage;
+  Bench bench(opts, ranks);
   return bench.run();
 }
 

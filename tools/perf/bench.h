@@ -4,6 +4,8 @@
 // op), per-rank times combined across ranks (-a), then validation (-c) with crafted inputs.
 #pragma once
 
+#include <vector>
+
 #include "loom/loom.h"
 #include "tools/perf/options.h"
 
@@ -16,10 +18,11 @@ struct RankContext {
   int nranks = 1;
 };
 
-// Runs every sweep on ctx.comm; rank 0 prints the table. Returns the exit code: 0 when every
+// Runs every sweep on the ranks one thread drives (one, or -g N of them, whose calls it issues in
+// one group, as nccl-tests does); rank 0 prints the table. Returns the exit code: 0 when every
 // value was right, 1 on wrong values, 2 on usage errors, 3 when a Loom call failed (the
-// communicator should then be aborted, not destroyed).
-int runBenchmarks(const Options& opts, const RankContext& ctx);
+// communicators should then be aborted, not destroyed).
+int runBenchmarks(const Options& opts, const std::vector<RankContext>& ranks);
 
 constexpr int kExitWrong = 1;
 constexpr int kExitUsage = 2;

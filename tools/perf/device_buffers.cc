@@ -17,6 +17,7 @@ std::string deviceUnavailable() {
 
 DeviceBuffers::~DeviceBuffers() {
   if (!cuda::cudaDriver().ok()) return;
+  if (device_ >= 0) (void)device::useDevice(device_);
   if (stream_) {
     api().cuStreamSynchronize(static_cast<cuda::CUstream>(stream_));
     api().cuStreamDestroy(static_cast<cuda::CUstream>(stream_));
@@ -46,6 +47,7 @@ Status DeviceBuffers::init(int localIndex, size_t bytes) {
 
 Status DeviceBuffers::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return Status::ok();
+  LOOM_TRY(device::useDevice(device_));  // -g: one thread's ranks are on several devices
   auto s = static_cast<cuda::CUstream>(stream_);
   LOOM_CU(api().cuMemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(dst),
                               reinterpret_cast<cuda::CUdeviceptr>(src), bytes, s));
@@ -54,6 +56,7 @@ Status DeviceBuffers::copy(void* dst, const void* src, size_t bytes) {
 }
 
 Status DeviceBuffers::sync() {
+  LOOM_TRY(device::useDevice(device_));
   LOOM_CU(api().cuStreamSynchronize(static_cast<cuda::CUstream>(stream_)));
   return Status::ok();
 }

@@ -222,35 +222,79 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
   return exitCode;
 }
 
-Status initComm(const Options& opts, RankContext* ctx) {
+namespace {
+
+// The ranks of this process (-t threads x -g GPUs, consecutive: rank = process * perProcess + i),
+// each initialized on a thread of its own since loomCommInitRank blocks until all have joined.
+Status initRanks(const loomUniqueId& id, int nranks, int firstRank, int count, loomConfig_t config,
+                 std::vector<RankContext>* out) {
+  std::vector<loomComm_t> comms(static_cast<size_t>(count), nullptr);
+  std::vector<Status> results(static_cast<size_t>(count));
+  auto init = [&](int i) {
+    results[i] = loomCall(loomCommInitRankConfig(&comms[i], nranks, id, firstRank + i, &config),
+                          "loomCommInitRankConfig")
+                     .withContext(fmt::format("rank {} of {}", firstRank + i, nranks));
+  };
+  if (count == 1) {
+    init(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < count; ++i) threads.emplace_back(init, i);
+    for (auto& t : threads) t.join();
+  }
+  Status first;
+  for (int i = 0; i < count; ++i) {
+    if (!results[i].isOk() && first.isOk()) first = results[i];
+    if (comms[i]) out->push_back({comms[i], firstRank + i, nranks});
+  }
+  return first;
+}
+
+}  // namespace
+
+Status initComms(const Options& opts, std::vector<RankContext>* ranks) {
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.timeoutMs = opts.timeoutSec > 0 ? opts.timeoutSec * 1000 : -1;
   config.commName = "loom-perf";
-  loomComm_t comm = nullptr;
+  const int perProcess = opts.nThreads * opts.nGpus;
+  int proc = 0, nprocs = 1;
+  loomUniqueId id;
 
   if (isSpawnedRank()) {
-    int rank = -1, nranks = 0;
-    loomUniqueId id;
     const char* idText = std::getenv(kEnvId);
-    if (!parseInt(std::getenv(kEnvRank), &rank) || !parseInt(std::getenv(kEnvNranks), &nranks) ||
-        !idText || !hexDecode(idText, &id, sizeof(id)) || rank < 0 || rank >= nranks) {
+    if (!parseInt(std::getenv(kEnvRank), &proc) || !parseInt(std::getenv(kEnvNranks), &nprocs) ||
+        !idText || !hexDecode(idText, &id, sizeof(id)) || proc < 0 || proc >= nprocs) {
       return Status(Code::kInvalidArgument,
                     fmt::format("bad {}/{}/{} in the environment", kEnvRank, kEnvNranks, kEnvId));
     }
-    LOOM_TRY(
-        loomCall(loomCommInitRankConfig(&comm, nranks, id, rank, &config), "loomCommInitRankConfig")
-            .withContext(fmt::format("rank {} of {}", rank, nranks)));
   } else if (launchedByEnvironment()) {
-    LOOM_TRY(loomCall(loomCommInitFromEnv(&comm, &config), "loomCommInitFromEnv"));
+    loomComm_t world = nullptr;
+    LOOM_TRY(loomCall(loomCommInitFromEnv(&world, &config), "loomCommInitFromEnv"));
+    int rank = 0, n = 1;
+    loomCommUserRank(world, &rank);
+    loomCommCount(world, &n);
+    if (perProcess == 1) {
+      ranks->push_back({world, rank, n});
+      return Status::ok();
+    }
+    // Several ranks per process: the launcher's processes agree on a new id over a communicator
+    // of one rank each (as nccl-tests broadcasts its id over MPI), then make the ranks from it.
+    proc = rank;
+    nprocs = n;
+    Status st;
+    if (proc == 0) st = loomCall(loomGetUniqueId(&id), "loomGetUniqueId");
+    if (st.isOk())
+      st = loomCall(loomBroadcast(&id, &id, sizeof(id), loomUint8, 0, world, nullptr),
+                    "loomBroadcast (the unique id of the -t/-g ranks)");
+    if (!st.isOk()) {
+      loomCommAbort(world);
+      return st;
+    }
+    LOOM_TRY(loomCall(loomCommDestroy(world), "loomCommDestroy"));
   } else {
-    loomUniqueId id;
     LOOM_TRY(loomCall(loomGetUniqueId(&id), "loomGetUniqueId"));
-    LOOM_TRY(loomCall(loomCommInitRankConfig(&comm, 1, id, 0, &config), "loomCommInitRankConfig"));
   }
-  ctx->comm = comm;
-  LOOM_TRY(loomCall(loomCommUserRank(comm, &ctx->rank), "loomCommUserRank"));
-  LOOM_TRY(loomCall(loomCommCount(comm, &ctx->nranks), "loomCommCount"));
-  return Status::ok();
+  return initRanks(id, nprocs * perProcess, proc * perProcess, perProcess, config, ranks);
 }
 
 }  // namespace perf

@@ -3,6 +3,8 @@
 // (with LOOM_COMM_ID) launch ranks that loomCommInitFromEnv finds; otherwise one rank runs.
 #pragma once
 
+#include <vector>
+
 #include "src/core/status.h"
 #include "tools/perf/bench.h"
 #include "tools/perf/options.h"
@@ -18,8 +20,9 @@ bool isSpawnedRank();
 // hangs. Returns 0 when every rank exited 0, else the first failure's exit status.
 int spawnRanks(const Options& opts, int argc, char** argv);
 
-// Creates this process's communicator and fills *ctx.
-Status initComm(const Options& opts, RankContext* ctx);
+// Creates this process's ranks (-t threads x -g GPUs each; one by default) in rank order. On
+// failure *ranks holds those that were made, to abort.
+Status initComms(const Options& opts, std::vector<RankContext>* ranks);
 
 }  // namespace perf
 }  // namespace loom

@@ -148,8 +148,11 @@ int parseOptions(int argc, char** argv, Options* opts) {
                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall or "
                    "sendrecv (or start the program as all_reduce_perf, ...)");
   }
-  app.add_option("-t,--nthreads", opts->nThreads, "Threads per process (only 1)");
-  app.add_option("-g,--ngpus", opts->nGpus, "Devices per thread (only 1)");
+  app.add_option("-t,--nthreads", opts->nThreads,
+                 "Threads per process, each driving -g ranks (default 1)");
+  app.add_option("-g,--ngpus", opts->nGpus,
+                 "Ranks (GPUs with --mem device) per thread, their calls issued in one group "
+                 "(default 1)");
   app.add_option("-b,--minbytes", minText, "Minimum size in bytes, K/M/G suffixes (default 32M)");
   app.add_option("-e,--maxbytes", maxText, "Maximum size in bytes, K/M/G suffixes (default 32M)");
   app.add_option("-i,--stepbytes", stepText, "Increment between sizes (default 1M)");
@@ -243,17 +246,16 @@ int parseOptions(int argc, char** argv, Options* opts) {
       return usageError("invalid root (-r) '" + rootText + "': a rank, or -1/all for every rank");
     opts->root = static_cast<int>(v);
   }
-  if (opts->nThreads != 1)
-    return usageError("-t " + std::to_string(opts->nThreads) +
-                      ": only one thread per process is supported; use -np N for N ranks");
+  if (opts->nThreads < 1 || opts->nGpus < 1 || opts->nThreads * opts->nGpus > kMaxRanksPerProcess)
+    return usageError("-t " + std::to_string(opts->nThreads) + " -g " +
+                      std::to_string(opts->nGpus) +
+                      ": each must be at least 1, and -t x -g at most " +
+                      std::to_string(kMaxRanksPerProcess) + " ranks per process");
   if (opts->mem != "host" && opts->mem != "device" && opts->mem != "auto")
     return usageError("--mem " + opts->mem + ": host, device or auto");
   if (opts->mem == "device" && opts->localRegister)
     return usageError(
         "-R registers host memory from loomMemAlloc; it does not go with --mem device");
-  if (opts->nGpus != 1)
-    return usageError("-g " + std::to_string(opts->nGpus) +
-                      ": only one device per thread is supported; use -np N for N ranks");
   if (opts->minBytes > opts->maxBytes)
     return usageError("invalid sizes for 'minbytes' and 'maxbytes': " +
                       std::to_string(opts->minBytes) + " > " + std::to_string(opts->maxBytes));

@@ -13,6 +13,9 @@
 namespace loom {
 namespace perf {
 
+// -t x -g: the ranks one process may drive.
+constexpr int kMaxRanksPerProcess = 64;
+
 struct Options {
   CollKind coll = CollKind::kAllReduce;
   std::string programName;  // as nccl-tests names it: all_reduce_perf, ...

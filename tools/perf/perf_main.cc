@@ -1,8 +1,12 @@
 // loom-perf: measures Loom's collectives with nccl-tests' options and output format.
 //   loom-perf all_reduce -np 4 -b 8 -e 128M -f 2        (or all_reduce_perf -np 4 ...)
 //   mpirun -np 16 loom-perf all_gather -b 1M -e 1G -f 2 -J out.json
+//   loom-perf all_reduce -g 2 -t 2 --mem device  (4 ranks: 2 threads of 2 GPUs each)
 //   loom-perf --params
+#include <algorithm>
 #include <cstdio>
+#include <thread>
+#include <vector>
 
 #include "loom/loom.h"
 #include "tools/perf/bench.h"
@@ -17,28 +21,45 @@ int main(int argc, char** argv) {
 
   if (opts.np > 0 && !isSpawnedRank()) return spawnRanks(opts, argc, argv);
 
-  RankContext ctx;
-  loom::Status st = initComm(opts, &ctx);
+  // The ranks of this process: -t threads, each driving -g of them.
+  std::vector<RankContext> ranks;
+  loom::Status st = initComms(opts, &ranks);
   if (!st.isOk()) {
     std::fprintf(stderr, "loom-perf: %s\n", st.message().c_str());
-    if (ctx.comm) loomCommAbort(ctx.comm);
+    for (const RankContext& r : ranks) loomCommAbort(r.comm);
     return kExitLoomError;
   }
-  rc = runBenchmarks(opts, ctx);
-  if (rc == kExitLoomError) {
-    // Wakes peers blocked on this rank instead of leaving them to their deadlines.
-    loomCommAbort(ctx.comm);
-    return rc;
+  const size_t perThread = static_cast<size_t>(opts.nGpus);
+  std::vector<int> codes(static_cast<size_t>(opts.nThreads), 0);
+  auto runThread = [&](size_t t) {
+    std::vector<RankContext> mine(ranks.begin() + t * perThread,
+                                  ranks.begin() + (t + 1) * perThread);
+    codes[t] = runBenchmarks(opts, mine);
+    if (codes[t] == kExitLoomError) {
+      // Wakes peers blocked on these ranks instead of leaving them to their deadlines.
+      for (const RankContext& r : mine) loomCommAbort(r.comm);
+    }
+  };
+  if (opts.nThreads == 1) {
+    runThread(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < codes.size(); ++t) threads.emplace_back(runThread, t);
+    for (auto& th : threads) th.join();
   }
-  loomResult_t res = loomCommFinalize(ctx.comm);
-  if (res == loomSuccess)
-    res = loomCommDestroy(ctx.comm);
-  else
-    loomCommAbort(ctx.comm);
-  if (res != loomSuccess) {
-    std::fprintf(stderr, "loom-perf: rank %d: closing the communicator failed: %s: %s\n", ctx.rank,
-                 loomGetErrorString(res), loomGetLastError());
-    return rc ? rc : kExitLoomError;
+  rc = *std::max_element(codes.begin(), codes.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (codes[i / perThread] == kExitLoomError) continue;  // aborted above
+    loomResult_t res = loomCommFinalize(ranks[i].comm);
+    if (res == loomSuccess)
+      res = loomCommDestroy(ranks[i].comm);
+    else
+      loomCommAbort(ranks[i].comm);
+    if (res != loomSuccess) {
+      std::fprintf(stderr, "loom-perf: rank %d: closing the communicator failed: %s: %s\n",
+                   ranks[i].rank, loomGetErrorString(res), loomGetLastError());
+      if (!rc) rc = kExitLoomError;
+    }
   }
   return rc;
 }
