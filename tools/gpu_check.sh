@@ -24,10 +24,12 @@
 # 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
 # (6b. loom_torch with CPU tensors, built against the machine's PyTorch: ops against gloo, DDP.)
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
-# GPU_CHECK_ONLY=REGEX runs only the steps whose names match (a short rerun of what failed), and
-# GPU_CHECK_STACKS=S dumps every thread's stack of each step's processes S seconds after they
-# start (tests/tools/stackdump.cc, preloaded) into the logs' stacks/ (for hangs: symbolize with
-# addr2line against the unstripped build-gpu-bundle); GPU_CHECK_STEP_LIMIT=S caps each step's time.
+# Every step's processes still running 10 s before the step's limit dump every thread's stack
+# (tests/tools/stackdump.cc, preloaded) into the logs' stacks/: a hang comes back with where each
+# thread waits (symbolize with addr2line against the unstripped build-gpu-bundle).
+# GPU_CHECK_ONLY=REGEX runs only the steps whose names match (a short rerun of what failed),
+# GPU_CHECK_STACKS=S dumps S seconds after each process starts, GPU_CHECK_STEP_LIMIT=S caps each
+# step's time.
 # The whole check keeps within GPU_CHECK_BUDGET seconds (default 480, under the device tool's
 # 600-second limit per command): each step's limit is cut to what is left, a step with under 15 s
 # left is skipped and named, and the summary and logs reach $OUT after every step, so a run cut
@@ -69,10 +71,12 @@ step() {
   [ -n "${GPU_CHECK_STEP_LIMIT:-}" ] && [ $limit -gt "$GPU_CHECK_STEP_LIMIT" ] && limit=$GPU_CHECK_STEP_LIMIT
   echo "== $name: $*"
   local t0=$(date +%s)
-  local pre=()
-  if [ -n "${GPU_CHECK_STACKS:-}" ] && [ -n "${STACKDUMP:-}" ]; then
+  # The stacks of a step's processes still running 10 s before its limit (a hang), unless
+  # GPU_CHECK_STACKS says when; not under compute-sanitizer, which preloads its own.
+  local pre=() after=${GPU_CHECK_STACKS:-$((limit > 20 ? limit - 10 : 10))}
+  if [ -n "${STACKDUMP:-}" ] && [ -f "$STACKDUMP" ] && [ "$name" != sanitizer ]; then
     mkdir -p "$LOGS/stacks/$name"
-    pre=(env "LD_PRELOAD=$STACKDUMP" "LOOMTEST_STACKS_AFTER=$GPU_CHECK_STACKS"
+    pre=(env "LD_PRELOAD=$STACKDUMP" "LOOMTEST_STACKS_AFTER=$after"
       "LOOMTEST_STACKS_DIR=$LOGS/stacks/$name")
   fi
   timeout --kill-after=10 "$limit" "${pre[@]}" "$@" >"$LOGS/$name.log" 2>&1

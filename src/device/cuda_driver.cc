@@ -97,6 +97,8 @@ Driver* load() {
   may("cuMemSetAccess", &a.cuMemSetAccess);
   may("cuMemGetAllocationGranularity", &a.cuMemGetAllocationGranularity);
   may("cuMemGetHandleForAddressRange", &a.cuMemGetHandleForAddressRange);
+  may("cuFuncLoad", &a.cuFuncLoad);
+  may("cuFuncGetAttribute", &a.cuFuncGetAttribute);
   if (!missing.empty()) {
     d->status =
         LOOM_ERROR(kCuda, "the CUDA driver {} lacks entry points Loom needs: {}", lib, missing);
@@ -143,6 +145,7 @@ static_assert(kErrorNotSupported == CUDA_ERROR_NOT_SUPPORTED, "cuda.h");
 static_assert(kErrorDeviceUnavailable == CUDA_ERROR_DEVICE_UNAVAILABLE, "cuda.h");
 static_assert(kErrorStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuda.h");
 static_assert(kAttrPciBusId == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, "cuda.h");
+static_assert(kFuncAttrMaxThreadsPerBlock == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "cuda.h");
 static_assert(kAttrComputeCapabilityMajor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
               "cuda.h");
 static_assert(kAttrVmmSupported == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,

@@ -79,6 +79,7 @@ constexpr CUresult kErrorNotSupported = 801;              // CUDA_ERROR_NOT_SUPP
 constexpr CUresult kErrorStreamCaptureUnsupported = 900;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 constexpr CUresult kErrorDeviceUnavailable = 46;          // CUDA_ERROR_DEVICE_UNAVAILABLE
 
+constexpr int kFuncAttrMaxThreadsPerBlock = 0;   // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
 constexpr int kAttrMultiprocessorCount = 16;     // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 constexpr int kAttrPciBusId = 33;                // CU_DEVICE_ATTRIBUTE_PCI_BUS_ID
 constexpr int kAttrUnifiedAddressing = 41;       // CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
@@ -193,6 +194,9 @@ struct DriverApi {
   CUresult (*cuMemGetHandleForAddressRange)(void* handle, CUdeviceptr ptr, size_t bytes,
                                             int handleType,
                                             unsigned long long flags);  // NOLINT
+  // Loading a function now (CUDA 12.4+), else asking an attribute of it, which also loads it.
+  CUresult (*cuFuncLoad)(CUfunction fn);
+  CUresult (*cuFuncGetAttribute)(int* value, int attrib, CUfunction fn);
 };
 
 // The loaded driver.

@@ -52,6 +52,30 @@ Result<ContextKernels*> kernelsOfCurrent() {
   if (drv.api.cuCtxGetDevice(&dev) == cuda::kSuccess)
     drv.api.cuDeviceGetAttribute(&k.sms, cuda::kAttrMultiprocessorCount, dev);
   if (k.sms < 1) k.sms = 1;
+  // Every function now, and loaded now: with lazy loading (CUDA_MODULE_LOADING=LAZY, the default
+  // since CUDA 12.2) a kernel's first launch loads its code into the context, which waits for the
+  // device's other work, and that may be a user's stream waiting for the very call the kernel
+  // serves (NCCL loads its kernels at init for the same reason).
+  auto load = [&](cuda::CUfunction* fn, const char* name) -> Status {
+    LOOM_CU(drv.api.cuModuleGetFunction(fn, k.module, name));
+    int ignored = 0;
+    if (drv.api.cuFuncLoad) {
+      LOOM_CU(drv.api.cuFuncLoad(*fn));
+    } else if (drv.api.cuFuncGetAttribute) {
+      LOOM_CU(drv.api.cuFuncGetAttribute(&ignored, cuda::kFuncAttrMaxThreadsPerBlock, *fn));
+    }
+    return Status();
+  };
+  Status st;
+  for (int d = 0; d < devk::kNumDTypes && st.isOk(); ++d)
+    for (int o = 0; o < 4 && st.isOk(); ++o)
+      st = load(&k.reduce[d][o], devk::reduceKernelName(d, o));
+  if (st.isOk()) st = load(&k.waitFlag, devk::kWaitFlagKernel);
+  if (!st.isOk()) {
+    drv.api.cuModuleUnload(k.module);
+    k = ContextKernels{};
+    return st.withContext("loading Loom's kernels");
+  }
   return &k;
 }
 

@@ -7,6 +7,7 @@
 #include "src/core/dtype.h"
 #include "src/core/log.h"
 #include "src/device/device_memory.h"
+#include "src/device/kernels.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/run.h"
 
@@ -99,6 +100,11 @@ Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int devic
   std::unique_ptr<DeviceRunner> r(new DeviceRunner(comm, device));
   LOOM_TRY(device::useDevice(device));
   reapRetired();
+  // Loom's kernels are loaded here, before any call: loading waits for the device's other work,
+  // which may be a stream waiting for a call of this runner (the one pass's kernels run on the
+  // runner thread, the wait kernel's launch on the calling thread). Without them calls are staged
+  // (DeviceOnePass says why).
+  if (device::imageHasDeviceCode()) (void)device::loadKernels();
   LOOM_ASSIGN(device::StreamSignal * s, device::StreamSignal::create());
   r->signal_.reset(s);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
@@ -202,7 +208,6 @@ void DeviceRunner::finish(Job* job, Status st) {
   std::lock_guard<std::mutex> lk(mu_);
   job->status = std::move(st);
   job->finished = true;
-  busy_ = false;
   cv_.notify_all();
 }
 
@@ -216,7 +221,6 @@ void DeviceRunner::loop() {
       if (jobs_.empty()) return;  // stopping, nothing left
       job = jobs_.front();
       jobs_.pop_front();
-      busy_ = true;
       if (stop_) {
         lk.unlock();
         Status why = comm_->asyncError();
@@ -279,14 +283,6 @@ Status DeviceRunner::reserveStaging(Job* job) {
   std::vector<StagePlan> plans;
   const size_t need = planStaging(job->calls, comm_->nranks(), &plans);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  // Buffers outgrown earlier go once the runner is idle: no stream then waits on Loom, so the
-  // device-wide wait of cuMemFreeHost waits for the users' own work only.
-  std::vector<char*> idle;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (jobs_.empty() && !busy_) idle.swap(outgrown_);
-  }
-  for (char* p : idle) api.cuMemFreeHost(p);
   if (need > pinnedBytes_) {
     const size_t want = std::max(need, pinnedBytes_ * 2);
     void* p = nullptr;
@@ -296,10 +292,11 @@ Status DeviceRunner::reserveStaging(Job* job) {
           .withContext(fmt::format("rank {}: {} bytes of pinned host memory to stage device "
                                    "buffers through",
                                    comm_->rank(), want));
-    if (pinned_) {
-      std::lock_guard<std::mutex> lk(mu_);
-      outgrown_.push_back(pinned_);  // a job in flight may still use it
-    }
+    // The outgrown buffer stays until the runner goes (at most as much again, the growth being
+    // geometric): a job in flight may use it, and cuMemFreeHost waits until the whole device is
+    // idle, which a stream of another communicator of this process may only get to once this
+    // thread's call runs (the emulated device aborts there, as a real one hangs).
+    if (pinned_) outgrown_.push_back(pinned_);
     pinned_ = static_cast<char*>(p);
     pinnedBytes_ = want;
   }

@@ -89,8 +89,8 @@ class DeviceRunner {
   // calling thread: never on the runner thread, where a user's stream may wait for the running
   // job. The real driver's allocations take a lock that a blocking call of another thread may
   // hold while it waits for that stream (a copy to pageable memory), and cuMemFreeHost waits for
-  // the whole device: either deadlocks there (seen on an H200; the emulated device has no such
-  // lock).
+  // the whole device: either deadlocks there (seen on an H200). Nothing is freed before the runner
+  // goes.
   Status reserveStaging(Job* job);
   void finish(Job* job, Status st);
 
@@ -104,8 +104,7 @@ class DeviceRunner {
   std::unique_ptr<DeviceOnePass> onePass_;
   char* pinned_ = nullptr;  // the staging buffer new jobs get (reserveStaging)
   size_t pinnedBytes_ = 0;
-  std::vector<char*> outgrown_;  // earlier staging buffers, freed once the runner is idle (mu_)
-  bool busy_ = false;            // the thread is running a job (mu_)
+  std::vector<char*> outgrown_;  // earlier staging buffers, freed with the runner
   uint64_t nextSeq_ = 0;
 
   std::mutex mu_;

@@ -446,6 +446,7 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   ThreadRanks tr(nranks);
   ASSERT_TRUE(tr.ok()) << tr.error();
   const long long launches = fakeCount("kernel_launches");
+  const long long lazyLoads = fakeCount("lazy_loads");
   const size_t n = 10007;  // slices of unequal length
   std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
     if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
@@ -473,6 +474,9 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   if (launches >= 0) {
     EXPECT_GE(fakeCount("kernel_launches") - launches, 2 * nranks)
         << "the one pass launched no reduction kernels: the calls were staged";
+    // Loaded when the runner started, not by a first launch while the users' streams waited for
+    // the call (which hangs a real driver with lazy loading).
+    EXPECT_EQ(fakeCount("lazy_loads") - lazyLoads, 0);
   }
 }
 

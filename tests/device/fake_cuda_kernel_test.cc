@@ -25,9 +25,12 @@ class FakeCudaKernels : public FakeCudaTest {
     if (HasFatalFailure()) return;
     ASSERT_CU_OK(cu().cuModuleLoadData(&module_, kImage));
   }
+  // Found and loaded, as Loom loads its kernels (a first launch would load it lazily: see
+  // FirstLaunchLoadsAfterTheContextsWaitingStreams).
   CUfunction function(const char* name) {
     CUfunction f = nullptr;
     EXPECT_CU(kSuccess, cu().cuModuleGetFunction(&f, module_, name));
+    if (f) EXPECT_CU(kSuccess, cu().cuFuncLoad(f));
     return f;
   }
   CUresult launch(CUfunction f, CUstream s, void* args, unsigned block = 256) {
@@ -218,6 +221,59 @@ TEST_F(FakeCudaKernels, LaunchesAreCheckedAsTheDriverDoes) {
             a.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
   EXPECT_CU(kErrorInvalidHandle, a.cuModuleUnload(module_));
   module_ = nullptr;
+}
+
+// Lazy loading as the driver does it: a function not loaded is loaded by its first launch, which
+// waits until no stream is blocked in a device-side wait (as cuMemFreeHost does). The real driver
+// hangs when that wait only ends after the launch; the emulator gives up after
+// LOOMTEST_FAKECUDA_LOAD_WAIT_MS with CUDA_ERROR_NOT_PERMITTED. A function loaded before
+// (cuFuncLoad, or asking an attribute) launches at once.
+TEST_F(FakeCudaKernels, FirstLaunchLoadsAfterTheContextsWaitingStreams) {
+  const DriverApi& a = cu();
+  ASSERT_NE(a.cuFuncLoad, nullptr);
+  ASSERT_NE(a.cuFuncGetAttribute, nullptr);
+  setenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS", "100", 1);
+  CUstream s = stream(), t = stream();
+  uint64_t* w = hostAlloc(64);
+  const size_t n = 64;
+  std::vector<float> x(n, 2.0f);
+  const CUdeviceptr dx = alloc(n * 4), dz = alloc(n * 4);
+  ASSERT_CU_OK(a.cuMemcpyAsync(dx, dev(x.data()), n * 4, s));
+  devk::ReduceArgs args{};
+  args.dst = reinterpret_cast<void*>(dz);
+  args.src[0] = reinterpret_cast<const void*>(dx);
+  args.nsrc = 1;
+  args.count = n;
+  CUfunction lazy = nullptr, eager = nullptr;
+  ASSERT_CU_OK(a.cuModuleGetFunction(&lazy, module_, "loomReduce_f32_max"));
+  ASSERT_CU_OK(a.cuModuleGetFunction(&eager, module_, "loomReduce_f32_min"));
+  int threads = 0;
+  ASSERT_CU_OK(a.cuFuncGetAttribute(&threads, kFuncAttrMaxThreadsPerBlock, eager));
+  EXPECT_EQ(threads, 1024);
+  const long long lazy0 = counter("lazy_loads");
+
+  ASSERT_CU_OK(a.cuStreamWaitValue64(t, dev(&w[0]), 1, kStreamWaitValueGeq));  // t blocks
+  ASSERT_TRUE(eventually([&] { return a.cuStreamQuery(t) == kErrorNotReady; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // t is in its wait
+  EXPECT_CU(CUresult(800), launch(lazy, s, &args));  // NOT_PERMITTED; a real driver hangs here
+  EXPECT_CU(kSuccess, launch(eager, s, &args));      // loaded: no wait
+  __atomic_store_n(&w[0], 1, __ATOMIC_RELEASE);
+  ASSERT_CU_OK(a.cuStreamSynchronize(t));
+  EXPECT_CU(kSuccess, launch(lazy, s, &args));  // nothing waits: it loads now
+  ASSERT_CU_OK(a.cuStreamSynchronize(s));
+  EXPECT_EQ(counter("lazy_loads") - lazy0, 1);
+
+  // cuMemFreeHost waits for the device to be idle too.
+  void* pinned = nullptr;
+  ASSERT_CU_OK(a.cuMemHostAlloc(&pinned, 4096, 0));
+  ASSERT_CU_OK(a.cuStreamWaitValue64(t, dev(&w[1]), 1, kStreamWaitValueGeq));
+  ASSERT_TRUE(eventually([&] { return a.cuStreamQuery(t) == kErrorNotReady; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_CU(CUresult(800), a.cuMemFreeHost(pinned));
+  __atomic_store_n(&w[1], 1, __ATOMIC_RELEASE);
+  ASSERT_CU_OK(a.cuStreamSynchronize(t));
+  EXPECT_CU(kSuccess, a.cuMemFreeHost(pinned));
+  unsetenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS");
 }
 
 // Every entry point may be called from any thread: threads that allocate, copy, reduce, record

@@ -358,53 +358,32 @@ class Bench {
     return Status::ok();
   }
 
-  // The call of iteration iter: the offset rotates through the buffer as in nccl-tests.
+  // The call of iteration iter: the offset rotates through the buffer as in nccl-tests. With
+  // --mem device, on the device buffers and the rank's stream, unless mirror asks for the same call
+  // on the host mirrors (which fill and check the values). Each pointer is its buffer's base plus
+  // an offset: which buffer the send side uses comes from inPlace, never from comparing addresses
+  // (the driver may place the two device buffers back to back, and did on an H200: the check then
+  // filled past the end of a mirror).
   CollCall makeCall(const Local& l, loomDataType_t type, loomRedOp_t op, int root,
-                    const CollCounts& c, bool inPlace, long iter) const {
+                    const CollCounts& c, bool inPlace, long iter, bool mirror = false) const {
     const size_t el = dataTypeSize(type);
     const size_t total = std::max(c.sendCount, c.recvCount) * el;
     size_t steps = total ? bufferBytes_ / total : 1;
     if (steps == 0) steps = 1;
     const size_t shift = total * (static_cast<size_t>(iter) % steps);
-    char* send = l.send.get() + shift;
-    char* recv = l.recv.get() + shift;
     const size_t rank = static_cast<size_t>(l.ctx.rank);
-    if (inPlace) {
-      send = recv + rank * c.sendInplaceOffset * el;
-      recv = recv + rank * c.recvInplaceOffset * el;
+    size_t sendOff = shift, recvOff = shift;
+    if (inPlace) {  // both in the receive buffer
+      sendOff = shift + rank * c.sendInplaceOffset * el;
+      recvOff = shift + rank * c.recvInplaceOffset * el;
     }
-    CollCall call{opts_.coll, send, recv,       c.paramCount, type,
-                  op,         root, l.ctx.rank, l.ctx.nranks, l.ctx.comm};
-    return onDevice_ ? onDeviceCall(l, call) : call;
-  }
-
-  // The same call on the device buffers (at the same offsets) and the rank's stream.
-  CollCall onDeviceCall(const Local& l, CollCall host) const {
-    auto move = [&](const void* p, const char* hostBase, void* devBase) -> void* {
-      return static_cast<char*>(devBase) + (static_cast<const char*>(p) - hostBase);
-    };
-    const bool inRecv =
-        host.sendbuff >= l.recv.get() && host.sendbuff < l.recv.get() + bufferBytes_ + 1;
-    host.sendbuff = inRecv ? move(host.sendbuff, l.recv.get(), l.dev.recv())
-                           : move(host.sendbuff, l.send.get(), l.dev.send());
-    host.recvbuff = move(host.recvbuff, l.recv.get(), l.dev.recv());
-    host.stream = l.dev.stream();
-    return host;
-  }
-
-  // The host mirror of a device call (fill and check work on it).
-  CollCall onHostCall(const Local& l, CollCall dev) const {
-    auto move = [&](const void* p, void* devBase, const char* hostBase) -> char* {
-      return const_cast<char*>(hostBase) +
-             (static_cast<const char*>(p) - static_cast<char*>(devBase));
-    };
-    const bool inRecv = dev.sendbuff >= l.dev.recv() &&
-                        dev.sendbuff < static_cast<char*>(l.dev.recv()) + bufferBytes_ + 1;
-    dev.sendbuff = inRecv ? move(dev.sendbuff, l.dev.recv(), l.recv.get())
-                          : move(dev.sendbuff, l.dev.send(), l.send.get());
-    dev.recvbuff = move(dev.recvbuff, l.dev.recv(), l.recv.get());
-    dev.stream = nullptr;
-    return dev;
+    const bool dev = onDevice_ && !mirror;
+    char* recvBase = dev ? static_cast<char*>(l.dev.recv()) : l.recv.get();
+    char* sendBase = inPlace ? recvBase : dev ? static_cast<char*>(l.dev.send()) : l.send.get();
+    CollCall call{opts_.coll, sendBase + sendOff, recvBase + recvOff, c.paramCount, type, op,
+                  root,       l.ctx.rank,         l.ctx.nranks,       l.ctx.comm};
+    if (dev) call.stream = l.dev.stream();
+    return call;
   }
 
   Status issue(const CollCall& call) {
@@ -633,8 +612,7 @@ class Bench {
       int64_t wrong = 0;
       for (int rep = 0; rep < opts_.check; ++rep) {
         auto checked = [&](const Local& l) {
-          const CollCall call = makeCall(l, type, op, root, c, inPlace, 0);
-          return CheckCall{onDevice_ ? onHostCall(l, call) : call, c};
+          return CheckCall{makeCall(l, type, op, root, c, inPlace, 0, /*mirror=*/true), c};
         };
         Status done = forLocals([&](Local& l) -> Status {
           fillInputs(checked(l), pattern);

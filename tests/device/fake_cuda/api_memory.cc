@@ -114,6 +114,8 @@ CUresult cuMemFreeHost(void* p) {
   return guarded([&] {
     std::shared_ptr<HostRegion> h = space().findHost(reinterpret_cast<uintptr_t>(p));
     if (h != nullptr && h->managed) return kErrorInvalidValue;  // cuMemFree's
+    // As the driver's, it waits for the device to be idle.
+    FAKECUDA_TRY(waitForDeviceWaits("cuMemFreeHost", "free pinned memory where no stream waits"));
     return removeHost(p, true) ? kSuccess : kErrorInvalidValue;
   });
 }

@@ -1,8 +1,12 @@
 // Entry points: modules and kernel launches. The kernels are Loom's own (src/device/kernels), run
 // as their host build on the stream's worker, with the device pointers of their arguments
 // translated to the memory's shadows.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "src/device/kernels/reduce_host.h"
 #include "tests/device/fake_cuda/memory.h"
@@ -150,6 +154,61 @@ CUresult cuModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) 
   });
 }
 
+namespace {
+
+// Lazy loading (CUDA_MODULE_LOADING=LAZY, the driver's default since CUDA 12.2): a function not
+// loaded yet is loaded by its first launch, which waits until the device is idle
+// (waitForDeviceWaits).
+CUresult loadOnFirstLaunch(Function& fn) {
+  if (fn.loaded.load(std::memory_order_acquire)) return kSuccess;
+  FAKECUDA_TRY(waitForDeviceWaits(("the first launch of " + fn.name + ", which loads it").c_str(),
+                                  "load functions before work waits: cuFuncLoad"));
+  if (!fn.loaded.exchange(true)) {
+    count(kFunctionLoads);
+    count(kLazyLoads);
+  }
+  return kSuccess;
+}
+
+Function* functionOf(CUfunction f, std::shared_ptr<Function>* keep) {
+  Handles& t = handles();
+  std::lock_guard<std::mutex> lk(t.mu);
+  auto it = t.functions.find(reinterpret_cast<Function*>(f));
+  if (it == t.functions.end()) return nullptr;
+  *keep = it->second;
+  return keep->get();
+}
+
+}  // namespace
+
+CUresult cuFuncLoad(CUfunction f) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    std::shared_ptr<Function> keep;
+    Function* fn = functionOf(f, &keep);
+    if (fn == nullptr) return kErrorInvalidHandle;
+    if (!fn->loaded.exchange(true)) count(kFunctionLoads);
+    return kSuccess;
+  });
+}
+
+CUresult cuFuncGetAttribute(int* value, int attrib, CUfunction f) {
+  FAKECUDA_ENTRY();
+  if (value == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Function> keep;
+    Function* fn = functionOf(f, &keep);
+    if (fn == nullptr) return kErrorInvalidHandle;
+    // Values of Loom's kernels built for sm_90: max threads per block, shared, const and local
+    // bytes, registers, PTX and binary versions; others are 0.
+    static const int kValues[] = {1024, 0, 0, 0, 32, 90, 90};
+    if (attrib < 0 || attrib > 16) return kErrorInvalidValue;
+    *value = attrib < 7 ? kValues[attrib] : 0;
+    if (!fn->loaded.exchange(true)) count(kFunctionLoads);  // asking loads it, as the driver does
+    return kSuccess;
+  });
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,
                         unsigned blockX, unsigned blockY, unsigned blockZ, unsigned sharedBytes,
                         CUstream stream, void** params, void** extra) {
@@ -177,6 +236,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY, unsigned g
     std::shared_ptr<Stream> s;
     FAKECUDA_TRY(streamOf(stream, true, &s));
     if (fnCtx != s->ctx() || fnGen != s->gen()) return kErrorInvalidHandle;
+    FAKECUDA_TRY(loadOnFirstLaunch(*fn));
     const FaultKind fault = nextLaunchFault();
     count(kKernelLaunches);
     // The parameter is copied now: the caller may reuse its memory once the call returns.

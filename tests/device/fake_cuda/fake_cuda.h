@@ -54,7 +54,14 @@
 //   kernels (src/device/kernels), whose host build runs on the stream's worker with the device
 //   pointers of its ReduceArgs translated to the shadows, and the wait kernel "loomWaitFlag"
 //   (WaitFlagArgs: waits, interruptibly, until *flag >= value); other names are
-//   CUDA_ERROR_NOT_FOUND.
+//   CUDA_ERROR_NOT_FOUND. Lazy loading as the driver does it by default: cuFuncLoad or
+//   cuFuncGetAttribute loads a function, else its first launch does.
+// - Waits for an idle device: a lazy load and cuMemFreeHost wait until no stream of the process is
+//   blocked in a device-side wait (stream memory wait, event wait, the wait kernel). Where only
+//   the caller could end that wait a real driver hangs for good: after 5 s the emulator aborts
+//   the process with a line on stderr saying so (with LOOMTEST_FAKECUDA_LOAD_WAIT_MS=N set, after
+//   N ms the call fails with CUDA_ERROR_NOT_PERMITTED instead).
+//   (cuMemFree does not wait here, unlike the driver's: a test frees memory under pending work.)
 // - Faults: an illegal address (a kernel pointer that is not device or host-mapped memory of this
 //   process, a range past an allocation's end, memory freed before the stream reached the work)
 //   makes the context's error CUDA_ERROR_ILLEGAL_ADDRESS, sticky: the context's streams drop their
@@ -109,7 +116,8 @@ int loomtest_fakecuda_inject(const char* kind, int afterLaunches);
 // "ipc_mappings", "vmm_handles", "vmm_mappings", "vmm_reservations", "context_refs",
 // "pending_ops"; and totals since cuInit: "kernel_launches", "kernels_run", "copies", "memsets",
 // "memop_waits", "memop_writes", "host_funcs", "event_records", "dmabuf_exports", "faults",
-// "dropped_ops", "abandoned_ops", "captured_ops". Returns -1 for an unknown name.
+// "dropped_ops", "abandoned_ops", "captured_ops", "function_loads", "lazy_loads" (loaded by a
+// first launch). Returns -1 for an unknown name.
 long long loomtest_fakecuda_count(const char* what);
 
 // Makes cuStreamIsCapturing report CU_STREAM_CAPTURE_STATUS_ACTIVE for `stream` (capturing != 0)

@@ -2,9 +2,11 @@
 // and the current context, injected faults, and the driver's error names and texts.
 #include "tests/device/fake_cuda/state.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "tests/device/fake_cuda/memory.h"
 
@@ -19,7 +21,8 @@ const char* const kCounterNames[kNumCounters] = {
     "context_refs", "pending_ops",   "kernel_launches",  "kernels_run",
     "copies",       "memsets",       "memop_waits",      "memop_writes",
     "host_funcs",   "event_records", "dmabuf_exports",   "faults",
-    "dropped_ops",  "abandoned_ops", "captured_ops"};
+    "dropped_ops",  "abandoned_ops", "captured_ops",     "function_loads",
+    "lazy_loads"};
 
 namespace {
 
@@ -267,6 +270,32 @@ const char* errorName(CUresult rc) {
 const char* errorText(CUresult rc) {
   const ErrorInfo* e = findError(rc);
   return e ? e->text : nullptr;
+}
+
+CUresult waitForDeviceWaits(const char* what, const char* advice) {
+  auto waiting = [] {
+    int n = 0;
+    for (const auto& c : state().contexts) n += c->waiting.load(std::memory_order_acquire);
+    return n;
+  };
+  if (waiting() == 0) return kSuccess;
+  long waitMs = 5000;
+  const char* v = std::getenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS");
+  const bool asked = v && *v;  // a test of this very behaviour: fail the call, not the process
+  if (asked) waitMs = std::strtol(v, nullptr, 10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(waitMs);
+  while (waiting() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr,
+                   "fakecuda: %s waits until the device is idle, and %d stream(s) have waited in "
+                   "a device-side wait for %ld ms: a real driver hangs here (%s)\n",
+                   what, waiting(), waitMs, advice);
+      if (!asked) std::abort();  // the clear form of the hang a real GPU gives
+      return kErrorNotPermitted;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return kSuccess;
 }
 
 }  // namespace fakecuda

@@ -105,6 +105,9 @@ struct Context {
   std::atomic<uint64_t> gen{0};
   std::atomic<bool> active{false};
   std::atomic<CUresult> sticky{0};
+  // Streams of this context now blocked in a device-side wait (a stream memory wait, an event
+  // wait, the wait kernel): what loading a function waits for (cuLaunchKernel).
+  std::atomic<int> waiting{0};
 
   CUcontext handle() { return reinterpret_cast<CUcontext>(this); }
   // The error every call in this context returns now (0: none).
@@ -152,6 +155,8 @@ enum Counter : int {
   kDroppedOps,
   kAbandonedOps,
   kCapturedOps,
+  kFunctionLoads,
+  kLazyLoads,
   kNumCounters
 };
 extern const char* const kCounterNames[kNumCounters];
@@ -177,6 +182,14 @@ struct State {
 // The process's state, created on first use and never destroyed (worker threads may outlive
 // static destruction).
 State& state();
+
+// What the real driver does where an operation waits until the device is idle (a function's lazy
+// load, cuMemFreeHost): waits while any stream of the process is blocked in a device-side wait
+// (a stream memory wait, an event wait, the wait kernel). A wait that only the caller's progress
+// would end hangs the real driver; here, after 5 s the process aborts with a line on stderr naming
+// `what` and `advice` (with LOOMTEST_FAKECUDA_LOAD_WAIT_MS set, after that many ms the operation
+// fails with CUDA_ERROR_NOT_PERMITTED instead: for tests of this behaviour).
+CUresult waitForDeviceWaits(const char* what, const char* advice);
 
 inline void count(Counter c, long long delta = 1) {
   state().counters[c].fetch_add(delta, std::memory_order_relaxed);

@@ -182,6 +182,12 @@ void Stream::run() {
 }
 
 bool deviceWait(Stream& s, const std::function<bool()>& ready) {
+  if (ready()) return true;
+  struct Waiting {  // counted while blocked: a lazy load waits for it (cuLaunchKernel)
+    std::atomic<int>& n;
+    explicit Waiting(std::atomic<int>& w) : n(w) { n.fetch_add(1); }
+    ~Waiting() { n.fetch_sub(1); }
+  } waiting(s.ctx()->waiting);
   for (unsigned i = 0;; ++i) {
     if (ready()) return true;
     if (s.interrupted()) return false;

@@ -97,6 +97,7 @@ struct Function {
   std::string name;
   int dtype = 0;
   int op = 0;
+  std::atomic<bool> loaded{false};  // by cuFuncLoad, cuFuncGetAttribute or a first launch
 };
 struct Module {
   Context* ctx = nullptr;
