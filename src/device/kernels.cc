@@ -99,12 +99,8 @@ Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, i
   const int dti = static_cast<int>(dt), opi = op == loomAvg ? static_cast<int>(loomSum) : op;
   if (dti < 0 || dti >= devk::kNumDTypes || opi < 0 || opi > 3)
     return LOOM_ERROR(kInternal, "no device reduction for datatype {} op {}", dti, opi);
-  cuda::CUfunction& fn = k->reduce[dti][opi];
+  const cuda::CUfunction fn = k->reduce[dti][opi];  // resolved and loaded with the module
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  if (!fn) {
-    const char* name = devk::reduceKernelName(dti, opi);
-    LOOM_CU(api.cuModuleGetFunction(&fn, k->module, name));
-  }
   devk::ReduceArgs args{};
   args.dst = dst;
   for (int s = 0; s < nsrc; ++s) args.src[s] = srcs[s];
@@ -125,8 +121,6 @@ Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, i
 Status launchWaitFlag(cuda::CUstream stream, const uint64_t* flag, uint64_t value) {
   LOOM_ASSIGN(ContextKernels * k, kernelsOfCurrent());
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  if (!k->waitFlag)
-    LOOM_CU(api.cuModuleGetFunction(&k->waitFlag, k->module, devk::kWaitFlagKernel));
   devk::WaitFlagArgs args{flag, value};
   void* params[] = {&args};
   LOOM_CU(api.cuLaunchKernel(k->waitFlag, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));

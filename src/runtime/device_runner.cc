@@ -52,12 +52,7 @@ void reapRetired() {
           r.end());
 }
 
-// Where a call's device buffers go on the host: in place, the whole buffer the input lives in (it
-// holds both); out of place, the input (read) and the output (written in full).
-struct StagePlan {
-  size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
-  bool stageIn = false, stageOut = false, whole = false;
-};
+using StagePlan = DeviceRunner::StagePlan;
 
 // The plans of a job's calls, packed one after the other; returns the pinned bytes they need.
 size_t planStaging(const std::vector<QueuedOp>& calls, int n, std::vector<StagePlan>* plans) {
@@ -163,7 +158,6 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
     // The first stream carries the handoff; the others join it before and after (events), as a
     // group's streams must all reach the calls and all wait for them.
     const cuda::DriverApi& api = cuda::cudaDriver().api;
-    LOOM_TRY(device::useDevice(device_));
     cuda::CUstream lead = job->streams[0];
     auto event = [&](cuda::CUevent* ev) -> Status {
       LOOM_CU(api.cuEventCreate(ev, cuda::kEventDisableTiming));
@@ -280,8 +274,7 @@ void DeviceRunner::loop() {
 }
 
 Status DeviceRunner::reserveStaging(Job* job) {
-  std::vector<StagePlan> plans;
-  const size_t need = planStaging(job->calls, comm_->nranks(), &plans);
+  const size_t need = planStaging(job->calls, comm_->nranks(), &job->plans);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   if (need > pinnedBytes_) {
     const size_t want = std::max(need, pinnedBytes_ * 2);
@@ -322,14 +315,11 @@ Status DeviceRunner::run(Job& job) {
     if (ran) return Status();
   }
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  const int n = comm_->nranks(), me = comm_->rank();
-  std::vector<StagePlan> plans;
-  const size_t total = planStaging(job.calls, n, &plans);
-  // Pinned memory reserved by post() on the calling thread: never allocated here (see there).
+  const int me = comm_->rank();
+  // Planned, and its pinned memory reserved, by post() on the calling thread: never allocated here
+  // (see reserveStaging).
+  const std::vector<StagePlan>& plans = job.plans;
   char* host = job.staging;
-  if (total > job.stagingBytes)
-    return LOOM_ERROR(kInternal, "staging needs {} bytes of pinned memory, {} were reserved", total,
-                      job.stagingBytes);
   std::vector<QueuedOp> hostCalls = job.calls;
   std::vector<Copy> ins, outs;
   for (size_t i = 0; i < job.calls.size(); ++i) {

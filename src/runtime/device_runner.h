@@ -70,11 +70,20 @@ class DeviceRunner {
     return wait(job);
   }
 
+  // Where a call's device buffers go in the pinned staging memory: in place, the whole buffer the
+  // input lives in (it holds both); out of place, the input (read) and the output (written in
+  // full).
+  struct StagePlan {
+    size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
+    bool stageIn = false, stageOut = false, whole = false;
+  };
+
   struct Job {
     std::vector<QueuedOp> calls;
     std::vector<cuda::CUstream> streams;
     uint64_t seq = 0;  // on streams: the signal's sequence number; 0: a caller waits
     std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
+    std::vector<StagePlan> plans;       // one per call, made with the reservation (post)
     char* staging = nullptr;            // pinned memory reserved for the staging copies
     size_t stagingBytes = 0;
     bool finished = false;

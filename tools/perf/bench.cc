@@ -334,13 +334,14 @@ class Bench {
     const size_t n = static_cast<size_t>(first_.nranks);
     std::vector<WireRankInfo> mine(locals_.size());
     std::vector<std::vector<WireRankInfo>> got(locals_.size(), std::vector<WireRankInfo>(n));
+    const std::string host = hostName(), cpu = cpuModel();  // once for this thread's ranks
     size_t k = 0;
     LOOM_TRY(eachLocal([&](Local& l) {
       WireRankInfo& m = mine[k];
       m.rank = l.ctx.rank;
       m.pid = static_cast<int32_t>(getpid());
-      std::snprintf(m.host, sizeof(m.host), "%s", hostName().c_str());
-      std::snprintf(m.cpu, sizeof(m.cpu), "%s", cpuModel().c_str());
+      std::snprintf(m.host, sizeof(m.host), "%s", host.c_str());
+      std::snprintf(m.cpu, sizeof(m.cpu), "%s", cpu.c_str());
       std::vector<WireRankInfo>& all = got[k++];
       return loomCall(loomAllGather(&m, all.data(), sizeof(m), loomUint8, l.ctx.comm, nullptr),
                       "loomAllGather (rank information)");

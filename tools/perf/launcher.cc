@@ -271,8 +271,12 @@ Status initComms(const Options& opts, std::vector<RankContext>* ranks) {
     loomComm_t world = nullptr;
     LOOM_TRY(loomCall(loomCommInitFromEnv(&world, &config), "loomCommInitFromEnv"));
     int rank = 0, n = 1;
-    loomCommUserRank(world, &rank);
-    loomCommCount(world, &n);
+    Status st = loomCall(loomCommUserRank(world, &rank), "loomCommUserRank");
+    if (st.isOk()) st = loomCall(loomCommCount(world, &n), "loomCommCount");
+    if (!st.isOk()) {
+      loomCommAbort(world);
+      return st;
+    }
     if (perProcess == 1) {
       ranks->push_back({world, rank, n});
       return Status::ok();
@@ -281,7 +285,6 @@ Status initComms(const Options& opts, std::vector<RankContext>* ranks) {
     // of one rank each (as nccl-tests broadcasts its id over MPI), then make the ranks from it.
     proc = rank;
     nprocs = n;
-    Status st;
     if (proc == 0) st = loomCall(loomGetUniqueId(&id), "loomGetUniqueId");
     if (st.isOk())
       st = loomCall(loomBroadcast(&id, &id, sizeof(id), loomUint8, 0, world, nullptr),

@@ -159,24 +159,19 @@ namespace {
 // Lazy loading (CUDA_MODULE_LOADING=LAZY, the driver's default since CUDA 12.2): a function not
 // loaded yet is loaded by its first launch, which waits until the device is idle
 // (waitForDeviceWaits).
+// Marks fn loaded, counting the first time (and, for a first launch, a lazy load).
+void markLoaded(Function& fn, bool lazy) {
+  if (fn.loaded.exchange(true)) return;
+  count(kFunctionLoads);
+  if (lazy) count(kLazyLoads);
+}
+
 CUresult loadOnFirstLaunch(Function& fn) {
   if (fn.loaded.load(std::memory_order_acquire)) return kSuccess;
   FAKECUDA_TRY(waitForDeviceWaits(("the first launch of " + fn.name + ", which loads it").c_str(),
                                   "load functions before work waits: cuFuncLoad"));
-  if (!fn.loaded.exchange(true)) {
-    count(kFunctionLoads);
-    count(kLazyLoads);
-  }
+  markLoaded(fn, true);
   return kSuccess;
-}
-
-Function* functionOf(CUfunction f, std::shared_ptr<Function>* keep) {
-  Handles& t = handles();
-  std::lock_guard<std::mutex> lk(t.mu);
-  auto it = t.functions.find(reinterpret_cast<Function*>(f));
-  if (it == t.functions.end()) return nullptr;
-  *keep = it->second;
-  return keep->get();
 }
 
 }  // namespace
@@ -184,10 +179,9 @@ Function* functionOf(CUfunction f, std::shared_ptr<Function>* keep) {
 CUresult cuFuncLoad(CUfunction f) {
   FAKECUDA_ENTRY();
   return guarded([&] {
-    std::shared_ptr<Function> keep;
-    Function* fn = functionOf(f, &keep);
+    std::shared_ptr<Function> fn = handles().find(&Handles::functions, f);
     if (fn == nullptr) return kErrorInvalidHandle;
-    if (!fn->loaded.exchange(true)) count(kFunctionLoads);
+    markLoaded(*fn, false);
     return kSuccess;
   });
 }
@@ -196,15 +190,14 @@ CUresult cuFuncGetAttribute(int* value, int attrib, CUfunction f) {
   FAKECUDA_ENTRY();
   if (value == nullptr) return kErrorInvalidValue;
   return guarded([&] {
-    std::shared_ptr<Function> keep;
-    Function* fn = functionOf(f, &keep);
+    std::shared_ptr<Function> fn = handles().find(&Handles::functions, f);
     if (fn == nullptr) return kErrorInvalidHandle;
     // Values of Loom's kernels built for sm_90: max threads per block, shared, const and local
     // bytes, registers, PTX and binary versions; others are 0.
     static const int kValues[] = {1024, 0, 0, 0, 32, 90, 90};
     if (attrib < 0 || attrib > 16) return kErrorInvalidValue;
     *value = attrib < 7 ? kValues[attrib] : 0;
-    if (!fn->loaded.exchange(true)) count(kFunctionLoads);  // asking loads it, as the driver does
+    markLoaded(*fn, false);  // asking loads it, as the driver does
     return kSuccess;
   });
 }
