@@ -246,7 +246,8 @@ int parseOptions(int argc, char** argv, Options* opts) {
       return usageError("invalid root (-r) '" + rootText + "': a rank, or -1/all for every rank");
     opts->root = static_cast<int>(v);
   }
-  if (opts->nThreads < 1 || opts->nGpus < 1 || opts->nThreads * opts->nGpus > kMaxRanksPerProcess)
+  if (opts->nThreads < 1 || opts->nGpus < 1 ||
+      static_cast<long long>(opts->nThreads) * opts->nGpus > kMaxRanksPerProcess)
     return usageError("-t " + std::to_string(opts->nThreads) + " -g " +
                       std::to_string(opts->nGpus) +
                       ": each must be at least 1, and -t x -g at most " +
