@@ -15,8 +15,9 @@
 # 4. DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank), then
 #    loom-perf all_reduce on device buffers at 1, 2 and 4 ranks on the one GPU (-c 1: every result
 #    checked; ranks of one GPU run in one pass over each other's buffers through CUDA IPC), the
-#    2-rank all_reduce staged through host memory beside it (LOOM_DEVICE_ONE_PASS=0), and the
-#    8-byte all_reduce latency on a stream (enqueue to completion).
+#    2-rank all_reduce staged through host memory beside it (LOOM_DEVICE_ONE_PASS=0), pipelined
+#    in chunks and staged whole (LOOM_DEVICE_STAGE_CHUNK=0), and the 8-byte all_reduce latency on
+#    a stream (enqueue to completion).
 # 5. The collective matrix on device memory with a NULL stream and on streams (LOOMTEST_DEVICE=1,
 #    LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5).
 # 6. loom-perf all_gather, reduce_scatter and broadcast on device buffers at 2 and 4 ranks.
@@ -142,9 +143,16 @@ for np in 1 2 4; do
   step "perf-all_reduce-np$np" 90 "$BIN/loom-perf" all_reduce -np $np --mem device -c 1 -b 8 \
     -e "$MAXB" -f 8 -n 5 -w 2 -T 60
 done
-# The same 2-rank all_reduce staged through host memory, beside the one pass above.
+# The same 2-rank all_reduce staged through host memory, beside the one pass above: pipelined in
+# chunks (the default LOOM_DEVICE_STAGE_CHUNK), then each call staged whole.
 step perf-all_reduce-np2-staged 90 env LOOM_DEVICE_ONE_PASS=0 "$BIN/loom-perf" all_reduce -np 2 \
-  --mem device -c 1 -b 8 -e "$MAXB" -f 8 -n 5 -w 2 -T 60
+  --mem device -c 1 -b 1M -e "$MAXB" -f 4 -n 5 -w 2 -T 60
+step perf-all_reduce-np2-staged-whole 90 env LOOM_DEVICE_ONE_PASS=0 LOOM_DEVICE_STAGE_CHUNK=0 \
+  "$BIN/loom-perf" all_reduce -np 2 --mem device -c 1 -b 1M -e "$MAXB" -f 4 -n 5 -w 2 -T 60
+# The model's prices of those paths with the H200's measured speeds, to set beside the runs above.
+step plan-device 30 "$BIN/loom-perf" all_reduce -np 2 --mem device --plan -b 8 -e "$MAXB" -f 8
+step plan-device-staged 30 env LOOM_DEVICE_ONE_PASS=0 "$BIN/loom-perf" all_reduce -np 2 \
+  --mem device --plan -b 1M -e "$MAXB" -f 4
 step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
 
 # ---- 5. the collective matrix on device memory ------------------------------------------------------------

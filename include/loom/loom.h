@@ -279,6 +279,21 @@ LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, s
                                        loomDataType_t datatype, int root, int inPlace,
                                        loomPlanInfo_t* info);
 
+/* Loom extension: as loomCommPlanInfo, for a call whose buffers are CUDA device memory. path:
+ * "device-one-pass" (every rank of one host on one GPU reads its peers' device buffers),
+ * "device-pipelined" (staged through pinned host memory in LOOM_DEVICE_STAGE_CHUNK chunks, the
+ * copies and the host schedule overlapping) or "device-staged" (staged whole); algorithm: "direct"
+ * on the one pass, else the host schedule's; predictedUs: the path's price with this device's
+ * copy and kernel speeds (measured on first use, a few milliseconds). candidates: "one-pass",
+ * "staged-whole", "staged-pipelined" (priced where they can run; allowed: 0 where not), then the
+ * host schedule's candidates for the whole call. The device is the one comm runs its device calls
+ * on, else the calling thread's current CUDA context's. Priced with this rank's speeds: ranks may
+ * differ in predictedUs, not in path. Errors: as loomCommPlanInfo; no CUDA driver, or no device
+ * (loomInvalidUsage: make one current, cudaSetDevice). */
+LOOM_API loomResult_t loomCommPlanInfoDevice(loomComm_t comm, loomCollective_t coll, size_t count,
+                                             loomDataType_t datatype, int root, int inPlace,
+                                             loomPlanInfo_t* info);
+
 /* Loom extension: the algorithms comm's collectives may use, in LOOM_ALGO's grammar
  * ("allreduce:ring,tree;broadcast:^direct"), in place of LOOM_ALGO for this communicator only; NULL
  * or "" goes back to LOOM_ALGO. Takes effect from the next call. Every rank of comm must set the

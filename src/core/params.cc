@@ -162,35 +162,74 @@ const Param kCudaLib{"LOOM_CUDA_LIB", ParamType::kString, "",
                      "tests name the emulated device, libloom-fakecuda.so"};
 const Param kDeviceOnePass{
     "LOOM_DEVICE_ONE_PASS", ParamType::kBool, "1",
-    "Collectives on CUDA device memory whose ranks all share a host and a GPU run in one pass over "
-    "the peers' device buffers (CUDA IPC between processes), without host staging; 0: staged"};
+    "Collectives on CUDA device memory whose ranks all share a host, on one GPU or on GPUs that "
+    "reach each other peer to peer (LOOM_DEVICE_P2P), run in one pass over the peers' device "
+    "buffers (CUDA IPC between processes), without host staging; 0: staged"};
+const Param kDeviceP2p{
+    "LOOM_DEVICE_P2P", ParamType::kBool, "1",
+    "Ranks of one host on different GPUs that reach each other peer to peer (NVLink, PCIe) take "
+    "the one pass over each other's device buffers; 0: their calls are staged through the host"};
+const Param kDeviceStageChunk{
+    "LOOM_DEVICE_STAGE_CHUNK", ParamType::kSize, "4M",
+    "Staged calls on CUDA device memory larger than this are pipelined in chunks of about this "
+    "many bytes (device to host copy, the host collective and the copy back overlap); 0: each "
+    "call is staged whole. Every rank must use the same value (read when the device runner "
+    "starts)"};
 
-const Param* const kAll[] = {&kDebug,          &kDebugSubsys,
-                             &kDebugFile,      &kTimeout,
-                             &kCommId,         &kHostId,
-                             &kCommSecret,     &kBootstrapPortOffset,
-                             &kSocketIfname,   &kSocketFamily,
-                             &kTopoFile,       &kTopoDumpFile,
-                             &kSocketNsocks,   &kSocketNthreads,
-                             &kSocketMinSplit, &kChunkSize,
-                             &kAllReduceRdMax, &kMaxInflight,
-                             &kSpinUs,         &kShmDisable,
-                             &kShmSingleCopy,  &kShmSlotSize,
-                             &kShmSlots,       &kShmRtsMin,
-                             &kShmLlMax,       &kShmDirectMax,
-                             &kShmMapped,      &kShmMappedCma,
-                             &kAlgo,           &kRingChannels,
-                             &kPlanner,        &kTuningFile,
-                             &kModelNetMbps,   &kModelNetLatUs,
-                             &kModelShmLatUs,  &kNet,
-                             &kNetPlugin,      &kIbverbsLib,
-                             &kIbHca,          &kIbQpsPerConnection,
-                             &kIbGidIndex,     &kIbRoceVersion,
-                             &kIbTc,           &kIbSl,
-                             &kIbTimeout,      &kIbRetryCnt,
-                             &kIbPkey,         &kNetGdrLevel,
-                             &kDmabufEnable,   &kIbGdrFlushDisable,
-                             &kCudaLib,        &kDeviceOnePass};
+const Param* const kAll[] = {&kDebug,
+                             &kDebugSubsys,
+                             &kDebugFile,
+                             &kTimeout,
+                             &kCommId,
+                             &kHostId,
+                             &kCommSecret,
+                             &kBootstrapPortOffset,
+                             &kSocketIfname,
+                             &kSocketFamily,
+                             &kTopoFile,
+                             &kTopoDumpFile,
+                             &kSocketNsocks,
+                             &kSocketNthreads,
+                             &kSocketMinSplit,
+                             &kChunkSize,
+                             &kAllReduceRdMax,
+                             &kMaxInflight,
+                             &kSpinUs,
+                             &kShmDisable,
+                             &kShmSingleCopy,
+                             &kShmSlotSize,
+                             &kShmSlots,
+                             &kShmRtsMin,
+                             &kShmLlMax,
+                             &kShmDirectMax,
+                             &kShmMapped,
+                             &kShmMappedCma,
+                             &kAlgo,
+                             &kRingChannels,
+                             &kPlanner,
+                             &kTuningFile,
+                             &kModelNetMbps,
+                             &kModelNetLatUs,
+                             &kModelShmLatUs,
+                             &kNet,
+                             &kNetPlugin,
+                             &kIbverbsLib,
+                             &kIbHca,
+                             &kIbQpsPerConnection,
+                             &kIbGidIndex,
+                             &kIbRoceVersion,
+                             &kIbTc,
+                             &kIbSl,
+                             &kIbTimeout,
+                             &kIbRetryCnt,
+                             &kIbPkey,
+                             &kNetGdrLevel,
+                             &kDmabufEnable,
+                             &kIbGdrFlushDisable,
+                             &kCudaLib,
+                             &kDeviceOnePass,
+                             &kDeviceStageChunk,
+                             &kDeviceP2p};
 }  // namespace params
 
 namespace {

@@ -109,6 +109,8 @@ extern const Param kDmabufEnable;
 extern const Param kIbGdrFlushDisable;
 extern const Param kCudaLib;
 extern const Param kDeviceOnePass;
+extern const Param kDeviceStageChunk;
+extern const Param kDeviceP2p;
 }  // namespace params
 
 }  // namespace loom

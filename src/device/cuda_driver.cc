@@ -83,6 +83,9 @@ Driver* load() {
   need("cuLaunchKernel", &a.cuLaunchKernel);
   may("cuStreamWaitValue64_v2", &a.cuStreamWaitValue64);
   may("cuStreamWriteValue64_v2", &a.cuStreamWriteValue64);
+  may("cuDeviceCanAccessPeer", &a.cuDeviceCanAccessPeer);
+  may("cuDeviceGetByPCIBusId", &a.cuDeviceGetByPCIBusId);
+  may("cuCtxEnablePeerAccess", &a.cuCtxEnablePeerAccess);
   may("cuIpcGetMemHandle", &a.cuIpcGetMemHandle);
   may("cuIpcOpenMemHandle_v2", &a.cuIpcOpenMemHandle);
   may("cuIpcCloseMemHandle", &a.cuIpcCloseMemHandle);
@@ -143,6 +146,8 @@ static_assert(kErrorNotReady == CUDA_ERROR_NOT_READY, "cuda.h");
 static_assert(kErrorNotFound == CUDA_ERROR_NOT_FOUND, "cuda.h");
 static_assert(kErrorNotSupported == CUDA_ERROR_NOT_SUPPORTED, "cuda.h");
 static_assert(kErrorDeviceUnavailable == CUDA_ERROR_DEVICE_UNAVAILABLE, "cuda.h");
+static_assert(kErrorPeerAccessUnsupported == CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "cuda.h");
+static_assert(kErrorPeerAccessAlreadyEnabled == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "cuda.h");
 static_assert(kErrorStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuda.h");
 static_assert(kAttrPciBusId == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, "cuda.h");
 static_assert(kFuncAttrMaxThreadsPerBlock == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "cuda.h");

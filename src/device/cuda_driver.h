@@ -78,6 +78,8 @@ constexpr CUresult kErrorLaunchFailed = 719;              // CUDA_ERROR_LAUNCH_F
 constexpr CUresult kErrorNotSupported = 801;              // CUDA_ERROR_NOT_SUPPORTED
 constexpr CUresult kErrorStreamCaptureUnsupported = 900;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 constexpr CUresult kErrorDeviceUnavailable = 46;          // CUDA_ERROR_DEVICE_UNAVAILABLE
+constexpr CUresult kErrorPeerAccessUnsupported = 217;     // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+constexpr CUresult kErrorPeerAccessAlreadyEnabled = 704;  // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 constexpr int kFuncAttrMaxThreadsPerBlock = 0;   // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
 constexpr int kAttrMultiprocessorCount = 16;     // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
@@ -171,6 +173,9 @@ struct DriverApi {
                                   unsigned flags);  // _v2
   CUresult (*cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, uint64_t value,
                                    unsigned flags);  // _v2
+  CUresult (*cuDeviceCanAccessPeer)(int* can, CUdevice device, CUdevice peer);
+  CUresult (*cuDeviceGetByPCIBusId)(CUdevice* device, const char* busId);
+  CUresult (*cuCtxEnablePeerAccess)(CUcontext peer, unsigned flags);
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle* handle, CUdeviceptr ptr);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags);  // _v2
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr ptr);

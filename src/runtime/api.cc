@@ -22,6 +22,7 @@
 #include "src/core/params.h"
 #include "src/device/device_memory.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/device_plan.h"
 #include "src/runtime/device_runner.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/run.h"
@@ -462,40 +463,106 @@ loomResult_t loomGetVersion(int* version) {
   });
 }
 
+namespace {
+
+void copyName(char* dst, size_t n, const std::string& s) { std::snprintf(dst, n, "%s", s.c_str()); }
+
+// The checks and the shape loomCommPlanInfo and loomCommPlanInfoDevice share.
+Status planShape(loomComm_t comm, loomCollective_t coll, size_t count, loomDataType_t datatype,
+                 int root, int inPlace, loomPlanInfo_t* info, CallShape* call) {
+  if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
+  std::memset(info, 0, sizeof(*info));
+  // loomCollective_t numbers the collectives in kCollectives' order.
+  const CollKind* kinds = kCollectives;
+  int c = enumBits(coll), dt = enumBits(datatype);
+  if (c < 0 || c > 5) return LOOM_ERROR(kInvalidArgument, "unknown collective {} (valid: 0..5)", c);
+  if (!validDataType(dt))
+    return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", dt,
+                      static_cast<int>(loomNumTypes) - 1);
+  Comm* cm = comm->impl.get();
+  LOOM_TRY(cm->quiesce());
+  // Every collective's root is checked here (the calls ignore it where it means nothing).
+  if (root < 0 || root >= cm->nranks())
+    return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root, cm->nranks());
+  LOOM_TRY(checkShape(kinds[c], count, dataTypeSize(static_cast<loomDataType_t>(dt)), root,
+                      cm->nranks()));
+  call->coll = kinds[c];
+  call->count = count;
+  call->dtype = static_cast<loomDataType_t>(dt);
+  call->root = root;
+  call->inPlace = inPlace != 0;
+  return Status();
+}
+
+// Appends the host plan's candidates to info.
+void addCandidates(const Decision& d, loomPlanInfo_t* info) {
+  if (!d.plan) return;
+  for (const PlanCandidate& pc : d.plan->candidates) {
+    if (info->nCandidates >= LOOM_PLAN_MAX_CANDIDATES) break;
+    loomPlanCandidate_t& out = info->candidates[info->nCandidates++];
+    copyName(out.name, sizeof(out.name), pc.algorithm);
+    out.predictedUs = pc.seconds < 0 ? -1 : pc.seconds * 1e6;
+    out.allowed = pc.allowed ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+loomResult_t loomCommPlanInfoDevice(loomComm_t comm, loomCollective_t coll, size_t count,
+                                    loomDataType_t datatype, int root, int inPlace,
+                                    loomPlanInfo_t* info) {
+  return guarded("loomCommPlanInfoDevice", [&]() -> Status {
+    CallScope scope(comm);
+    LOOM_TRY(checkComm(scope));
+    CallShape call;
+    LOOM_TRY(planShape(comm, coll, count, datatype, root, inPlace, info, &call));
+    call.sendKind = call.recvKind = MemKind::kCudaDevice;
+    if (!device::cudaUsable())
+      return LOOM_ERROR(kInvalidUsage, "no CUDA device to plan for: {}",
+                        cuda::cudaDriver().status.message());
+    Comm* cm = comm->impl.get();
+    if (cm->runner()) LOOM_TRY(device::useDevice(cm->runner()->device()));
+    Result<device::DeviceSpeeds> speeds = device::currentDeviceSpeeds();
+    if (!speeds.isOk())
+      return speeds.status().rewritten(
+          Code::kInvalidUsage,
+          fmt::format("the device to plan for: {} (make one current, cudaSetDevice, or make a "
+                      "call on device memory first)",
+                      speeds.status().message()));
+    CallShape host = call;
+    host.sendKind = host.recvKind = MemKind::kHost;  // what the staged path's host calls are
+    LOOM_ASSIGN(DevicePlan p, planDeviceCall(cm, host, speeds.value()));
+    copyName(info->path, sizeof(info->path), p.path);
+    copyName(info->algorithm, sizeof(info->algorithm), p.algorithm);
+    copyName(info->source, sizeof(info->source), p.source);
+    info->predictedUs = p.seconds < 0 ? -1 : p.seconds * 1e6;
+    const struct {
+      const char* name;
+      double sec;
+    } paths[] = {{"one-pass", p.onePassSec},
+                 {"staged-whole", p.wholeSec},
+                 {"staged-pipelined", p.pipelinedSec}};
+    for (const auto& e : paths) {
+      loomPlanCandidate_t& out = info->candidates[info->nCandidates++];
+      copyName(out.name, sizeof(out.name), e.name);
+      out.predictedUs = e.sec < 0 ? -1 : e.sec * 1e6;
+      out.allowed = e.sec >= 0 ? 1 : 0;
+    }
+    addCandidates(p.host, info);
+    return Status();
+  });
+}
+
 loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t count,
                               loomDataType_t datatype, int root, int inPlace,
                               loomPlanInfo_t* info) {
   return guarded("loomCommPlanInfo", [&]() -> Status {
     CallScope scope(comm);
     LOOM_TRY(checkComm(scope));
-    if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
-    std::memset(info, 0, sizeof(*info));
-    // loomCollective_t numbers the collectives in kCollectives' order.
-    const CollKind* kinds = kCollectives;
-    int c = enumBits(coll), dt = enumBits(datatype);
-    if (c < 0 || c > 5)
-      return LOOM_ERROR(kInvalidArgument, "unknown collective {} (valid: 0..5)", c);
-    if (!validDataType(dt))
-      return LOOM_ERROR(kInvalidArgument, "unknown datatype {} (valid: 0..{})", dt,
-                        static_cast<int>(loomNumTypes) - 1);
-    Comm* cm = comm->impl.get();
-    LOOM_TRY(cm->quiesce());
-    // Every collective's root is checked here (the calls ignore it where it means nothing).
-    if (root < 0 || root >= cm->nranks())
-      return LOOM_ERROR(kInvalidArgument, "root {} is out of range for {} ranks", root,
-                        cm->nranks());
-    LOOM_TRY(checkShape(kinds[c], count, dataTypeSize(static_cast<loomDataType_t>(dt)), root,
-                        cm->nranks()));
     CallShape call;
-    call.coll = kinds[c];
-    call.count = count;
-    call.dtype = static_cast<loomDataType_t>(dt);
-    call.root = root;
-    call.inPlace = inPlace != 0;
+    LOOM_TRY(planShape(comm, coll, count, datatype, root, inPlace, info, &call));
+    Comm* cm = comm->impl.get();
     LOOM_ASSIGN(Decision d, cm->decide(call, /*explain=*/true));
-    auto copyName = [](char* dst, size_t n, const std::string& s) {
-      std::snprintf(dst, n, "%s", s.c_str());
-    };
     // The one pass is reported where it runs on plain buffers (loomMemAlloc buffers are reached
     // at a lower price, so it runs on those too).
     const bool onePass = d.path == Path::kOnePass && d.onePassPlain;
@@ -506,14 +573,7 @@ loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, size_t cou
     double predicted = onePass ? d.onePassPlainSec : d.scheduleSec;
     if (onePass && d.onePassPlainSec < 0) predicted = d.predictedSec;
     info->predictedUs = predicted < 0 ? -1 : predicted * 1e6;
-    if (d.plan)
-      for (const PlanCandidate& pc : d.plan->candidates) {
-        if (info->nCandidates >= LOOM_PLAN_MAX_CANDIDATES) break;
-        loomPlanCandidate_t& out = info->candidates[info->nCandidates++];
-        copyName(out.name, sizeof(out.name), pc.algorithm);
-        out.predictedUs = pc.seconds < 0 ? -1 : pc.seconds * 1e6;
-        out.allowed = pc.allowed ? 1 : 0;
-      }
+    addCandidates(d, info);
     return Status();
   });
 }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "src/core/params.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
+#include "topology/paths.h"
 #include "transports/shm/host_group.h"
 
 namespace loom {
@@ -27,14 +30,17 @@ struct Record {
   uint64_t gpuKey;
   uint64_t inAddr, outAddr;  // device addresses in its own process (0: unused)
   uint64_t inOff, outOff;    // from the base of their allocations
-  uint64_t pad[2];
+  char bus[16];              // its GPU's PCI bus id (cuDeviceGetPCIBusId), NUL-terminated
 };
 static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
 constexpr uint32_t kCan = 1;  // every buffer it uses is device memory of gpuKey, reachable
 
-// Round 2, between processes: the IPC handles of the two buffers' allocations.
+// Round 2, between processes or GPUs that differ: the IPC handles of the two buffers'
+// allocations, and whether this rank reaches every other rank's GPU.
 struct Handles {
   cuda::CUipcMemHandle in, out;
+  uint32_t reach;
+  uint32_t pad;
 };
 
 constexpr size_t kMaxMappings = 64;
@@ -62,8 +68,11 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
   cuda::CUdevice dev = 0;
   char bus[64] = {};
   if (api.cuDeviceGet(&dev, device) == cuda::kSuccess &&
-      api.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) == cuda::kSuccess)
+      api.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) == cuda::kSuccess &&
+      std::strlen(bus) < sizeof(Record::bus)) {
     gpuKey_ = Fnv64().mixBytes(bus).value() | 1;
+    bus_ = bus;
+  }
   shm::HostGroup* g = comm->shm();
   usable_ = params::kDeviceOnePass.asBool() && comm->nranks() >= 2 && comm->allLocal() && g &&
             g->area().options().llBytes >= sizeof(Handles) && gpuKey_ != 0;
@@ -72,6 +81,9 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
     Status k = device::loadKernels();
     kernels_ = k.isOk();
     if (!kernels_) LOOM_WARN("rank {}: device calls are staged: {}", comm->rank(), k.message());
+    // Here, on the thread that makes the runner, not on the runner thread during a call: turning
+    // peer access on may wait for the device, where a user's stream may be waiting for that call.
+    if (params::kDeviceP2p.asBool()) enablePeers();
   }
 }
 
@@ -117,6 +129,67 @@ Result<cuda::CUdeviceptr> DeviceOnePass::open(uint32_t pid, const cuda::CUipcMem
   return base;
 }
 
+namespace {
+
+std::string lowerCase(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+bool DeviceOnePass::peerAllowed(cuda::CUdevice peer, const std::string& peerBus) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  int can = 0;
+  if (!params::kDeviceP2p.asBool() || !api.cuDeviceCanAccessPeer || !api.cuCtxEnablePeerAccess ||
+      api.cuDeviceCanAccessPeer(&can, device_, peer) != cuda::kSuccess || !can)
+    return false;
+  // The topology's verdict where it knows both GPUs (NCCL's: a path of PXB or better, so not
+  // through the CPUs' interconnect).
+  const topo::Graph& graph = localTopology();
+  if (!paths_) paths_ = std::make_unique<topo::Paths>(topo::Paths::compute(graph));
+  const int a = graph.findByBusId(lowerCase(bus_)), b = graph.findByBusId(lowerCase(peerBus));
+  return a < 0 || b < 0 || paths_->p2pAllowed(a, b);
+}
+
+void DeviceOnePass::enablePeers() {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  int count = 0;
+  if (!api.cuDeviceGetCount || api.cuDeviceGetCount(&count) != cuda::kSuccess) return;
+  for (int d = 0; d < count; ++d) {
+    char bus[64] = {};
+    cuda::CUcontext ctx = nullptr;
+    if (d == device_ || api.cuDeviceGetPCIBusId(bus, sizeof(bus), d) != cuda::kSuccess ||
+        !peerAllowed(d, bus) || api.cuDevicePrimaryCtxRetain(&ctx, d) != cuda::kSuccess)
+      continue;
+    const cuda::CUresult rc = api.cuCtxEnablePeerAccess(ctx, 0);
+    if (rc == cuda::kSuccess || rc == cuda::kErrorPeerAccessAlreadyEnabled)
+      peersOn_.insert(d);
+    else
+      LOOM_INFO(kSubInit, "rank {}: no peer access from CUDA device {} to device {}: {}",
+                comm_->rank(), device_, d, cuda::cudaError(rc, "cuCtxEnablePeerAccess").message());
+  }
+}
+
+bool DeviceOnePass::reachPeers(const void* records, int n, uint32_t myPid) {
+  const auto* recs = static_cast<const Record*>(records);
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  if (!api.cuDeviceGetByPCIBusId) return false;
+  for (int i = 0; i < n; ++i) {
+    const Record& r = recs[i];
+    if (r.gpuKey == gpuKey_) continue;
+    const std::string bus(r.bus, strnlen(r.bus, sizeof(r.bus)));
+    cuda::CUdevice peer = -1;
+    if (api.cuDeviceGetByPCIBusId(&peer, bus.c_str()) != cuda::kSuccess)
+      return false;  // not visible in this process
+    // A thread of this process: reached by address through the peer access turned on when the
+    // runner started (enablePeers); another process: by opening its IPC handles with lazy peer
+    // access.
+    if (r.pid == myPid ? peersOn_.count(peer) == 0 : !peerAllowed(peer, bus)) return false;
+  }
+  return true;
+}
+
 Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   *ran = false;
   const OpArgs& op = call.args;
@@ -135,6 +208,7 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   Record rec{};
   rec.pid = myPid;
   rec.gpuKey = gpuKey_;
+  std::snprintf(rec.bus, sizeof(rec.bus), "%s", bus_.c_str());
   bool can = kernels_;
   Handles mine{};
   const bool otherProcesses = !comm_->oneProcess();
@@ -175,24 +249,34 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   std::vector<Record> recs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) std::memcpy(&recs[i], ll.buffer(i, seq), sizeof(Record));
   // Every rank decides from the same records: all go on or all stage.
-  for (const Record& r : recs)
-    if (!(r.flags & kCan) || r.gpuKey != recs[0].gpuKey) return Status();
+  bool sameGpu = true;
+  for (const Record& r : recs) {
+    if (!(r.flags & kCan)) return Status();
+    sameGpu = sameGpu && r.gpuKey == recs[0].gpuKey;
+  }
 
-  // Round 2 (processes): the handles; each rank opens those of the other processes.
+  // Round 2 (processes, or GPUs that differ): the handles, and whether each rank reaches every
+  // other GPU peer to peer: all go on only if every one does; then each rank opens the handles of
+  // the other processes.
   std::vector<char*> ins(static_cast<size_t>(n), nullptr), outs(static_cast<size_t>(n), nullptr);
   for (int i = 0; i < n; ++i) {
     ins[i] = reinterpret_cast<char*>(recs[i].inAddr);
     outs[i] = reinterpret_cast<char*>(recs[i].outAddr);
   }
-  if (otherProcesses) {
+  if (otherProcesses || !sameGpu) {
+    mine.reach = sameGpu || reachPeers(recs.data(), n, myPid) ? 1 : 0;
     seq = comm_->nextLlSeq();
     st = ll.round(seq, &mine, sizeof(mine), roundSignature(op, 2), comm_->spinNs(),
                   comm_->timeoutMs());
     if (!st.isOk()) return failed(st);
+    std::vector<Handles> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(&all[i], ll.buffer(i, seq), sizeof(Handles));
+      if (!all[i].reach) return Status();  // nothing touched yet: every rank stages
+    }
     for (int i = 0; i < n; ++i) {
       if (recs[i].pid == myPid) continue;
-      Handles h;
-      std::memcpy(&h, ll.buffer(i, seq), sizeof(h));
+      const Handles& h = all[i];
       auto place = [&](char** p, uint64_t addr, const cuda::CUipcMemHandle& handle,
                        uint64_t off) -> Status {
         if (!addr) return Status();

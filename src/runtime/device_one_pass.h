@@ -1,7 +1,10 @@
 // The one pass over the peers' CUDA device buffers, for calls of a communicator whose ranks all
-// share a host and a GPU: no host staging, no messages. Each rank reaches every rank's buffers on
-// the device (threads of one process by address; other processes through CUDA IPC handles, opened
-// once and cached) and does its share with Loom's reduction kernels and the copy engines on the
+// share a host, on one GPU or on GPUs that reach each other peer to peer (NVLink or PCIe: the
+// driver's cuDeviceCanAccessPeer, and the topology's NCCL rule of a path of PXB or better where it
+// knows the GPUs; LOOM_DEVICE_P2P=0 stages them): no host staging, no messages. Each rank reaches
+// every rank's buffers (threads of one process by address, with peer access turned on towards
+// other GPUs; other processes through CUDA IPC handles, opened once and cached, with lazy peer
+// access) and does its share with Loom's reduction kernels and the copy engines on the
 // runner's stream: an AllReduce rank reduces its slice of every input in rank order and writes the
 // result into every output; ReduceScatter and Reduce reduce a slice; AllGather, AllToAll push
 // their blocks; Broadcast pulls the root's buffer. The bytes cross the GPU's memory once.
@@ -13,19 +16,26 @@
 // processes the second publishes the IPC handles; the last says every rank is done, so no rank
 // returns (and lets its stream go on to reuse its buffers) while a peer still reads or writes them.
 //
-// Not yet: GPUs of one host that differ (peer access over NVLink or PCIe), groups of calls, and
-// Send/Recv: those are staged (src/runtime/device_runner.h). LOOM_DEVICE_ONE_PASS=0 turns it off.
+// With GPUs that differ, the second round (always held then) also says whether each rank reaches
+// every other GPU; if one does not, all stage. Peer reads and writes go by Loom's kernels (the
+// reductions) and the copy engines (the copies); which is cheaper is not yet priced per call.
+//
+// Not yet: groups of calls and Send/Recv: those are staged (src/runtime/device_runner.h).
+// LOOM_DEVICE_ONE_PASS=0 turns it off.
 //
 // Threads: the communicator's runner thread only.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "src/core/status.h"
 #include "src/device/cuda_driver.h"
 #include "src/runtime/executor.h"
+#include "topology/paths.h"
 
 namespace loom {
 
@@ -59,11 +69,23 @@ class DeviceOnePass {
     cuda::CUdeviceptr base;
   };
   Result<cuda::CUdeviceptr> open(uint32_t pid, const cuda::CUipcMemHandle& handle);
+  // Whether device `peer` (bus id peerBus) may be reached from this one peer to peer:
+  // LOOM_DEVICE_P2P, the driver's answer (cuDeviceCanAccessPeer) and the topology's where it knows
+  // both GPUs (a path of PXB or better).
+  bool peerAllowed(cuda::CUdevice peer, const std::string& peerBus);
+  // Turns peer access on from this device's context to every device peerAllowed (peersOn_).
+  void enablePeers();
+  // Whether this rank's GPU reaches the GPUs of the other n records (Record) peer to peer: those
+  // of this process's ranks through peersOn_, those of other processes peerAllowed.
+  bool reachPeers(const void* records, int n, uint32_t myPid);
 
   Comm* comm_;
   int device_;
   cuda::CUstream stream_;
-  uint64_t gpuKey_ = 0;      // a hash of this GPU's PCI bus id (0: unknown)
+  uint64_t gpuKey_ = 0;    // a hash of this GPU's PCI bus id (0: unknown)
+  std::string bus_;        // that bus id
+  std::set<int> peersOn_;  // devices this context has peer access to (cuCtxEnablePeerAccess)
+  std::unique_ptr<topo::Paths> paths_;  // of this host's topology, made on first need
   bool usable_ = false;      // a shared host area whose exchange buffers hold the handles
   bool kernels_ = false;     // Loom's kernels load on this GPU
   std::list<Mapping> maps_;  // most recent first; at most kMaxMappings

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "src/core/collective.h"
 #include "src/core/dtype.h"
 #include "src/core/log.h"
+#include "src/core/params.h"
 #include "src/device/device_memory.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
@@ -54,9 +56,66 @@ void reapRetired() {
 
 using StagePlan = DeviceRunner::StagePlan;
 
+// A staging copy the driver refused, naming the buffer: a device buffer freed after an enqueued
+// call was made and before the stream reached it is the usual cause.
+Status copyFailed(cuda::CUresult rc, int rank, cuda::CUdeviceptr device, size_t bytes,
+                  bool toHost) {
+  return cuda::cudaError(rc, "cuMemcpyAsync")
+      .withContext(fmt::format(
+          "rank {}: staging device buffer {:#x} ({} bytes) {} the host{}", rank, device, bytes,
+          toHost ? "to" : "from",
+          rc == cuda::kErrorInvalidValue ? " (was it freed before the call ran?)" : ""));
+}
+
+constexpr size_t kMinRowChunk = 64 << 10;  // a pipelined chunk's least bytes per row
+
+}  // namespace
+
+bool DeviceRunner::pipelineOf(const QueuedOp& call, int n, size_t chunkBytes, StagePlan* p) {
+  const OpArgs& a = call.args;
+  if (!chunkBytes || !(call.inDevice || call.outDevice) || a.count == 0) return false;
+  switch (a.coll) {
+    case CollKind::kAllReduce:
+    case CollKind::kBroadcast:
+    case CollKind::kReduce:
+      break;
+    case CollKind::kAllGather:
+      p->outRows = n;
+      break;
+    case CollKind::kReduceScatter:
+      p->inRows = n;
+      break;
+    case CollKind::kAllToAll:
+      p->inRows = p->outRows = n;
+      break;
+    default:
+      return false;
+  }
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t rows = static_cast<size_t>(std::max(p->inRows, p->outRows));
+  // Chunks of a whole number of kAlign-byte units per row, kMinRowChunk at least.
+  const size_t rowBytes = std::max(kMinRowChunk, chunkBytes / rows) / kAlign * kAlign;
+  p->chunkElems = std::max<size_t>(1, rowBytes / es);
+  p->rowElems = a.count;
+  p->block = a.count;
+  p->chunks = (a.count + p->chunkElems - 1) / p->chunkElems;
+  if (p->chunks < 2) {
+    *p = StagePlan{};
+    return false;
+  }
+  p->inSlot = alignUp(static_cast<size_t>(p->inRows) * p->chunkElems * es);
+  p->outSlot = alignUp(static_cast<size_t>(p->outRows) * p->chunkElems * es);
+  return true;
+}
+
+namespace {
+
 // The plans of a job's calls, packed one after the other; returns the pinned bytes they need.
-size_t planStaging(const std::vector<QueuedOp>& calls, int n, std::vector<StagePlan>* plans) {
+size_t planStaging(const std::vector<QueuedOp>& calls, int n, size_t chunkBytes,
+                   std::vector<StagePlan>* plans) {
   plans->assign(calls.size(), StagePlan{});
+  if (calls.size() == 1 && DeviceRunner::pipelineOf(calls[0], n, chunkBytes, &(*plans)[0]))
+    return DeviceRunner::kSlots * ((*plans)[0].inSlot + (*plans)[0].outSlot);
   size_t total = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
     const OpArgs& a = calls[i].args;
@@ -104,7 +163,13 @@ Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int devic
   r->signal_.reset(s);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   LOOM_CU(api.cuStreamCreate(&r->stream_, cuda::kStreamNonBlocking));
+  LOOM_CU(api.cuStreamCreate(&r->backStream_, cuda::kStreamNonBlocking));
   LOOM_CU(api.cuEventCreate(&r->passed_, cuda::kEventDisableTiming));
+  for (size_t i = 0; i < kSlots; ++i) {
+    LOOM_CU(api.cuEventCreate(&r->inDone_[i], cuda::kEventDisableTiming));
+    LOOM_CU(api.cuEventCreate(&r->outDone_[i], cuda::kEventDisableTiming));
+  }
+  r->stageChunk_ = static_cast<size_t>(std::max<int64_t>(0, params::kDeviceStageChunk.asInt()));
   r->onePass_ = std::make_unique<DeviceOnePass>(comm, device, r->stream_);
   r->thread_ = std::thread([p = r.get()] { p->loop(); });
   LOOM_INFO(kSubInit, "rank {}: device calls on CUDA device {}, {}; streams signalled by {}",
@@ -124,10 +189,14 @@ DeviceRunner::~DeviceRunner() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   const cuda::DriverApi& api = cuda::cudaDriver().api;
-  if (stream_) {
-    api.cuStreamSynchronize(stream_);
-    api.cuStreamDestroy(stream_);
+  for (cuda::CUstream s : {stream_, backStream_}) {
+    if (!s) continue;
+    api.cuStreamSynchronize(s);
+    api.cuStreamDestroy(s);
   }
+  for (size_t i = 0; i < kSlots; ++i)
+    for (cuda::CUevent ev : {inDone_[i], outDone_[i]})
+      if (ev) api.cuEventDestroy(ev);
   if (pinned_) api.cuMemFreeHost(pinned_);
   for (char* p : outgrown_) api.cuMemFreeHost(p);
   onePass_.reset();  // closes its IPC mappings
@@ -274,7 +343,7 @@ void DeviceRunner::loop() {
 }
 
 Status DeviceRunner::reserveStaging(Job* job) {
-  const size_t need = planStaging(job->calls, comm_->nranks(), &job->plans);
+  const size_t need = planStaging(job->calls, comm_->nranks(), stageChunk_, &job->plans);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   if (need > pinnedBytes_) {
     const size_t want = std::max(need, pinnedBytes_ * 2);
@@ -320,6 +389,8 @@ Status DeviceRunner::run(Job& job) {
   // (see reserveStaging).
   const std::vector<StagePlan>& plans = job.plans;
   char* host = job.staging;
+  if (job.calls.size() == 1 && plans[0].chunks >= 2)
+    return runPipelined(job.calls[0], plans[0], host);
   std::vector<QueuedOp> hostCalls = job.calls;
   std::vector<Copy> ins, outs;
   for (size_t i = 0; i < job.calls.size(); ++i) {
@@ -353,20 +424,13 @@ Status DeviceRunner::run(Job& job) {
       h.recvbuff = host + p.outOff;
     }
   }
-  // A copy the driver refuses names the buffer: a device buffer freed after an enqueued call was
-  // made and before the stream reached it is the usual cause.
   auto copies = [&](const std::vector<Copy>& list, bool toHost) -> Status {
     for (const Copy& c : list) {
       if (!c.bytes) continue;
       const auto pinned = reinterpret_cast<cuda::CUdeviceptr>(c.host);
       const cuda::CUresult rc = toHost ? api.cuMemcpyAsync(pinned, c.device, c.bytes, stream_)
                                        : api.cuMemcpyAsync(c.device, pinned, c.bytes, stream_);
-      if (rc != cuda::kSuccess)
-        return cuda::cudaError(rc, "cuMemcpyAsync")
-            .withContext(fmt::format(
-                "rank {}: staging device buffer {:#x} ({} bytes) {} the host{}", me, c.device,
-                c.bytes, toHost ? "to" : "from",
-                rc == cuda::kErrorInvalidValue ? " (was it freed before the call ran?)" : ""));
+      if (rc != cuda::kSuccess) return copyFailed(rc, me, c.device, c.bytes, toHost);
     }
     if (!list.empty()) LOOM_CU(api.cuStreamSynchronize(stream_));
     return Status();
@@ -375,6 +439,79 @@ Status DeviceRunner::run(Job& job) {
   LOOM_TRY(runCalls(hostCalls));
   LOOM_TRY(copies(outs, false));
   return Status();
+}
+
+Status DeviceRunner::runPipelined(const QueuedOp& call, const StagePlan& p, char* host) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  const OpArgs& a = call.args;
+  const int me = comm_->rank();
+  const size_t es = dataTypeSize(a.dtype);
+  const bool usesIn = collUsesInput(a.coll, me, a.root, a.isSend) && a.sendbuff;
+  const bool usesOut = collUsesOutput(a.coll, me, a.root, a.isSend) && a.recvbuff;
+  auto slotIn = [&](size_t j) { return host + (j % kSlots) * (p.inSlot + p.outSlot); };
+  auto slotOut = [&](size_t j) { return slotIn(j) + p.inSlot; };
+  auto elems = [&](size_t j) { return std::min(p.chunkElems, p.rowElems - j * p.chunkElems); };
+  // Chunk j of every row of the input to its slot (toHost), or from its slot to the output: by
+  // the copy engines for device memory (Loom's stream in, backStream_ out, then the slot's
+  // event), by the CPU for host memory.
+  auto move = [&](size_t j, bool toHost) -> Status {
+    const bool device = toHost ? call.inDevice : call.outDevice;
+    char* user = toHost ? const_cast<char*>(static_cast<const char*>(a.sendbuff))
+                        : static_cast<char*>(a.recvbuff);
+    char* slot = toHost ? slotIn(j) : slotOut(j);
+    const size_t bytes = elems(j) * es, off = j * p.chunkElems * es;
+    cuda::CUstream s = toHost ? stream_ : backStream_;
+    for (int r = 0; r < (toHost ? p.inRows : p.outRows); ++r) {
+      char* u = user + static_cast<size_t>(r) * p.block * es + off;
+      char* h = slot + static_cast<size_t>(r) * bytes;
+      if (!device) {
+        std::memcpy(toHost ? h : u, toHost ? u : h, bytes);
+        continue;
+      }
+      const auto du = reinterpret_cast<cuda::CUdeviceptr>(u);
+      const auto dh = reinterpret_cast<cuda::CUdeviceptr>(h);
+      const cuda::CUresult rc =
+          toHost ? api.cuMemcpyAsync(dh, du, bytes, s) : api.cuMemcpyAsync(du, dh, bytes, s);
+      if (rc != cuda::kSuccess) return copyFailed(rc, me, du, bytes, toHost);
+    }
+    LOOM_CU(api.cuEventRecord(toHost ? inDone_[j % kSlots] : outDone_[j % kSlots], s));
+    return Status();
+  };
+  auto waitFor = [&](cuda::CUevent ev, const char* what) -> Status {
+    const cuda::CUresult rc = api.cuEventSynchronize(ev);
+    if (rc != cuda::kSuccess)
+      return cuda::cudaError(rc, "cuEventSynchronize")
+          .withContext(fmt::format("rank {}: a pipelined staging copy {} the host", me, what));
+    return Status();
+  };
+  auto pipeline = [&]() -> Status {
+    for (size_t j = 0; j < std::min(kSlots, p.chunks); ++j)
+      if (usesIn) LOOM_TRY(move(j, true));
+    for (size_t j = 0; j < p.chunks; ++j) {
+      if (usesIn) LOOM_TRY(waitFor(inDone_[j % kSlots], "to"));
+      // The slot's output part is free once the copy back of chunk j - kSlots is done.
+      if (j >= kSlots && usesOut) LOOM_TRY(waitFor(outDone_[j % kSlots], "from"));
+      QueuedOp chunk = call;
+      OpArgs& h = chunk.args;
+      h.count = elems(j);
+      h.sendbuff = slotIn(j);
+      h.recvbuff = slotOut(j);
+      h.inPlace = false;  // the rows of a chunk are apart in the user's buffers
+      LOOM_TRY(runCalls({chunk}));
+      if (usesOut) LOOM_TRY(move(j, false));
+      // The slot's input part is free now that chunk j's host call is done.
+      if (usesIn && j + kSlots < p.chunks) LOOM_TRY(move(j + kSlots, true));
+    }
+    return Status();
+  };
+  Status st = pipeline();
+  // Nothing may still write into the slots when the next job takes them, even after a failure.
+  for (cuda::CUstream s : {stream_, backStream_}) {
+    const cuda::CUresult rc = api.cuStreamSynchronize(s);
+    if (st.isOk() && rc != cuda::kSuccess)
+      st = cuda::cudaError(rc, "cuStreamSynchronize").withContext("a pipelined staging copy");
+  }
+  return st;
 }
 
 }  // namespace loom

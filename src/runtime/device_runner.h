@@ -12,10 +12,14 @@
 // the wait), then runs it, then releases the stream. The device buffers of a call are staged
 // through pinned host memory: the inputs are copied to the host by the device's copy engines on
 // Loom's own stream, the call runs on the host path (dispatch, the executor, the transports), and
-// the outputs are copied back. Every transport and path works this way. Where every rank shares
-// the host and the GPU, one call at a time skips the staging: the one pass over the peers' device
-// buffers (src/runtime/device_one_pass.h). GPUs of one host that differ, GPUDirect RDMA and
-// groups are staged for now.
+// the outputs are copied back. Every transport and path works this way. A call larger than
+// LOOM_DEVICE_STAGE_CHUNK is pipelined: it runs as a sequence of host calls on chunks of its rows
+// (every rank chunks it alike, from what every rank knows of the call), through a ring of pinned
+// slots, so the copy of chunk j+1 to the host, chunk j's host collective and the copy of chunk j-1
+// back proceed at once (two streams: the copy engines of both directions). Where every rank
+// shares the host, on one GPU or GPUs that reach each other peer to peer, one call at a time skips
+// the staging: the one pass over the peers' device buffers (src/runtime/device_one_pass.h).
+// GPUs without peer access, GPUDirect RDMA and groups are staged for now (groups whole).
 //
 // Threads: once a communicator has a runner, every call on it runs on the runner thread (the
 // calling thread waits for a call without a stream), so one thread drives the communicator as the
@@ -72,11 +76,21 @@ class DeviceRunner {
 
   // Where a call's device buffers go in the pinned staging memory: in place, the whole buffer the
   // input lives in (it holds both); out of place, the input (read) and the output (written in
-  // full).
+  // full). Pipelined (chunks >= 2): chunk j of every row (the input has inRows rows, the output
+  // outRows, `block` elements apart: 1 row for AllReduce, Broadcast and Reduce, nranks rows for
+  // the AllGather output, the ReduceScatter input and both AllToAll buffers) goes through slot
+  // j % kSlots, which holds the rows' chunks back to back (inSlot bytes, then outSlot bytes).
   struct StagePlan {
     size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
     bool stageIn = false, stageOut = false, whole = false;
+    size_t chunks = 0, chunkElems = 0, rowElems = 0, block = 0, inSlot = 0, outSlot = 0;
+    int inRows = 1, outRows = 1;
   };
+  static constexpr size_t kSlots = 3;  // chunk j+1 in, chunk j on the host, chunk j-1 out
+  // Whether call (alone in its job) is pipelined in chunks of about chunkBytes among n ranks, and
+  // its plan if so: from the call's collective, count, datatype and n only, so every rank cuts it
+  // alike.
+  static bool pipelineOf(const QueuedOp& call, int n, size_t chunkBytes, StagePlan* plan);
 
   struct Job {
     std::vector<QueuedOp> calls;
@@ -94,6 +108,8 @@ class DeviceRunner {
   DeviceRunner(Comm* comm, int device) : comm_(comm), device_(device) {}
   void loop();
   Status run(Job& job);
+  // A call whose plan is pipelined (plan.chunks >= 2), through the slots at host.
+  Status runPipelined(const QueuedOp& call, const StagePlan& plan, char* host);
   // Pinned host memory for a job's staging (job->staging), grown as needed and reused, on the
   // calling thread: never on the runner thread, where a user's stream may wait for the running
   // job. The real driver's allocations take a lock that a blocking call of another thread may
@@ -109,7 +125,11 @@ class DeviceRunner {
   // Recorded on the lead stream after each job's handoff: once it completes, no stream reads the
   // signal's words any more (they outlive the runner until then: see ~DeviceRunner).
   cuda::CUevent passed_ = nullptr;
-  cuda::CUstream stream_ = nullptr;  // Loom's own stream: the staging copies, the one pass
+  cuda::CUstream stream_ = nullptr;      // Loom's own stream: the staging copies, the one pass
+  cuda::CUstream backStream_ = nullptr;  // pipelined calls' copies back to the device
+  // Per slot of a pipelined call: its chunk is on the host (in), its chunk is back (out).
+  cuda::CUevent inDone_[kSlots] = {}, outDone_[kSlots] = {};
+  size_t stageChunk_ = 0;  // LOOM_DEVICE_STAGE_CHUNK (0: calls are staged whole)
   std::unique_ptr<DeviceOnePass> onePass_;
   char* pinned_ = nullptr;  // the staging buffer new jobs get (reserveStaging)
   size_t pinnedBytes_ = 0;

@@ -405,20 +405,17 @@ TEST(DeviceCalls, KilledPeerReleasesTheWaitingStreamAndIsNamed) {
 
 // Ranks as processes, rank 0's call enqueued on a stream that its own work holds: a kernel of its
 // faults meanwhile (illegal address, injected), so its context's streams drop their work and the
-// stream never reaches the call; or its input buffer is freed before the stream reaches the call
-// (the staging copy is refused). Either way rank 0's call fails naming the cause, its stream is
-// let go, and the other rank's call fails instead of hanging (worker modes "devfault",
-// "devfreed").
-TEST(DeviceCalls, DeviceFaultOrFreedBufferFailsTheCallOnEveryRankAndReleasesTheStream) {
+// stream never reaches the call. Rank 0's call fails naming the cause, its stream is let go, and
+// the other rank's call fails instead of hanging (worker mode "devfault"). (A buffer freed under
+// a queued call cannot happen: cuMemFree waits for the device, on a GPU and on the emulated one; a
+// buffer freed before the call is refused when the call is made: BadDeviceInput...)
+TEST(DeviceCalls, DeviceFaultFailsTheCallOnEveryRankAndReleasesTheStream) {
   SKIP_WITHOUT_CUDA();
   if (!driverSymbol("loomtest_fakecuda_inject"))
     GTEST_SKIP() << "needs the emulated device (a fault on purpose); the driver is "
                  << cuda::cudaDriver().library;
-  for (const char* mode : {"devfault", "devfreed"}) {
-    WorkerResult res = runWorkers(2, mode, {{"LOOM_TIMEOUT", "20"}});
-    for (int r : {0, 1})
-      EXPECT_TRUE(res.exitedWith(r, 0)) << mode << " rank " << r << ": " << res.describe(r);
-  }
+  WorkerResult res = runWorkers(2, "devfault", {{"LOOM_TIMEOUT", "20"}});
+  for (int r : {0, 1}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
 }
 
 // The one pass over the peers' device buffers (src/runtime/device_one_pass.h): ranks as processes
@@ -435,6 +432,67 @@ TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
     for (int r = 0; r < 3; ++r)
       EXPECT_TRUE(res.exitedWith(r, 0))
           << "LOOM_DEVICE_ONE_PASS=" << on << " rank " << r << ": " << res.describe(r);
+  }
+}
+
+// Ranks of one host on different GPUs that reach each other peer to peer take the one pass too:
+// as threads (peer access turned on, buffers by address) and as processes (IPC handles opened with
+// lazy peer access); with LOOM_DEVICE_P2P=0 they stage. The emulator's counters tell the paths
+// apart (its kernels fault on another device's memory without peer access); every value is
+// checked, in place and out of place.
+TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
+  SKIP_WITHOUT_CUDA();
+  int gpus = 0;
+  api().cuDeviceGetCount(&gpus);
+  if (gpus < 2)
+    GTEST_SKIP() << "needs two GPUs (ctest runs it with LOOMTEST_FAKECUDA_DEVICES=2); there are "
+                 << gpus;
+  struct Restore {
+    ~Restore() { setParam("LOOM_DEVICE_P2P", nullptr); }
+  } restore;
+  const size_t n = 10007;
+  for (const char* p2p : {"1", "0"}) {
+    setParam("LOOM_DEVICE_P2P", p2p);
+    const bool on = p2p[0] == '1';
+    ThreadRanks tr(2);
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    const long long launches = fakeCount("kernel_launches");
+    std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+      const int dev = rank % gpus;
+      DevBuf a(n * 4, dev), b(n * 4, dev);
+      Stream s(dev);
+      if (!loom::device::useDevice(dev).isOk()) return "useDevice failed";
+      std::vector<float> mine(n);
+      for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(rank + 1 + i % 5);
+      if (!a.ok() || !b.ok() || !s.s || !a.put(mine)) return "setup failed";
+      for (bool inPlace : {false, true}) {
+        void* out = inPlace ? a.ptr() : b.ptr();
+        loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
+        if (r != loomSuccess) return "allreduce: " + outcome(r);
+        std::vector<float> got = (inPlace ? a : b).get(n, s.s);
+        for (size_t i = 0; i < n; ++i) {
+          const float want = static_cast<float>(3 + 2 * (i % 5));
+          if (got[i] != want)
+            return "rank " + std::to_string(rank) + ": element " + std::to_string(i) + " is " +
+                   std::to_string(got[i]) + ", expected " + std::to_string(want);
+        }
+      }
+      return "";
+    });
+    EXPECT_EQ(err, "") << "LOOM_DEVICE_P2P=" << p2p;
+    if (launches >= 0) {
+      if (on) {
+        EXPECT_GE(fakeCount("kernel_launches") - launches, 4) << "the calls were staged";
+      } else {
+        EXPECT_EQ(fakeCount("kernel_launches") - launches, 0) << "LOOM_DEVICE_P2P=0 ran kernels";
+      }
+    }
+    // The same between processes, through IPC handles of another device.
+    WorkerResult res =
+        runWorkers(2, "devonepass", {{"LOOMTEST_RANK_DEVICES", "1"}, {"LOOM_DEVICE_P2P", p2p}});
+    for (int r = 0; r < 2; ++r)
+      EXPECT_TRUE(res.exitedWith(r, 0))
+          << "LOOM_DEVICE_P2P=" << p2p << " rank " << r << ": " << res.describe(r);
   }
 }
 
@@ -478,6 +536,125 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
     // the call (which hangs a real driver with lazy loading).
     EXPECT_EQ(fakeCount("lazy_loads") - lazyLoads, 0);
   }
+}
+
+// Staged calls larger than LOOM_DEVICE_STAGE_CHUNK are pipelined (src/runtime/device_runner.h):
+// every collective, in place and out of place, with a count that leaves a short last chunk, on
+// each rank's stream and with a NULL stream, between ranks the one pass does not join (no shared
+// memory: the sockets), every element checked; the emulator's copy count shows the chunks.
+TEST(DeviceCalls, LargeStagedCallsArePipelinedInChunksAndEveryValueIsRight) {
+  SKIP_WITHOUT_CUDA();
+  setParam("LOOM_DEVICE_STAGE_CHUNK", "64K");  // read when each communicator's runner starts
+  setParam("LOOM_SHM_DISABLE", "1");
+  setParam("LOOMTEST_DEVICE", "1");
+  struct Restore {
+    ~Restore() {
+      for (const char* p :
+           {"LOOM_DEVICE_STAGE_CHUNK", "LOOM_SHM_DISABLE", "LOOMTEST_DEVICE", "LOOMTEST_STREAM"})
+        setParam(p, nullptr);
+    }
+  } restore;
+  for (int n : {2, 3}) {
+    ThreadRanks tr(n);
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    for (const char* stream : {"1", "0"}) {
+      setParam("LOOMTEST_STREAM", stream);
+      std::vector<Case> cases;
+      const size_t count = (size_t(1) << 18) + 77;  // 16 chunks of 64 KiB and a short one (fp32)
+      for (Coll c : allColls())
+        if (c != Coll::kSendRecv)
+          for (bool inPlace : {false, true}) {
+            cases.push_back({c, loomFloat32, loomSum, count, inPlace, n - 1});
+            cases.push_back({c, loomBfloat16, loomMax, count / 3, inPlace, 0});
+          }
+      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+        for (const Case& c : cases) {
+          std::string e = runCase(comm, rank, n, c);
+          if (!e.empty()) return e;
+        }
+        return "";
+      });
+      EXPECT_EQ(err, "") << n << " ranks, LOOMTEST_STREAM=" << stream;
+    }
+    // One AllReduce alone: staged whole it is 2 copies a rank; in 64 KiB chunks, 2 a chunk.
+    const long long copies = fakeCount("copies");
+    std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+      const size_t count = size_t(1) << 18;
+      DevBuf a(count * 4);
+      if (!a.ok()) return "cuMemAlloc failed";
+      loomResult_t r = loomAllReduce(a.ptr(), a.ptr(), count, loomFloat32, loomSum, comm, nullptr);
+      return r == loomSuccess ? "" : "rank " + std::to_string(rank) + ": " + outcome(r);
+    });
+    EXPECT_EQ(err, "");
+    if (copies >= 0) {
+      EXPECT_GE(fakeCount("copies") - copies, 2 * 16 * n) << "the call was not pipelined";
+    }
+  }
+}
+
+// loomCommPlanInfoDevice: the device paths priced with the device's measured speeds. Ranks of one
+// host on its one GPU take the one pass; with it off, a call is staged whole, or pipelined when it
+// is larger than LOOM_DEVICE_STAGE_CHUNK; staging costs more than the host schedule it wraps.
+// Without a device to plan for, a clear error.
+TEST(DeviceCalls, PlanInfoDevicePricesTheDevicePaths) {
+  SKIP_WITHOUT_CUDA();
+  int gpus = 0;
+  api().cuDeviceGetCount(&gpus);
+  struct Restore {
+    ~Restore() {
+      setParam("LOOM_DEVICE_ONE_PASS", nullptr);
+      setParam("LOOM_DEVICE_P2P", nullptr);
+    }
+  } restore;
+  ThreadRanks tr(2);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  loomPlanInfo_t info;
+  std::string err;
+  std::thread([&] {  // a thread with no CUDA context, and a communicator without device calls
+    loomResult_t r =
+        loomCommPlanInfoDevice(comm, loomCollAllReduce, 1024, loomFloat32, 0, 0, &info);
+    err = r == loomInvalidUsage ? loomGetLastError() : "result " + outcome(r);
+  })
+      .join();
+  EXPECT_NE(err.find("no CUDA context is current"), std::string::npos) << err;
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  auto candidate = [&](const char* name) -> const loomPlanCandidate_t* {
+    for (int i = 0; i < info.nCandidates; ++i)
+      if (std::string(info.candidates[i].name) == name) return &info.candidates[i];
+    return nullptr;
+  };
+  ASSERT_EQ(loomCommPlanInfoDevice(comm, loomCollAllReduce, 1 << 20, loomFloat32, 0, 0, &info),
+            loomSuccess)
+      << loomGetLastError();
+  // One GPU, or GPUs that reach each other peer to peer (the emulated ones do): the one pass.
+  EXPECT_EQ(std::string(info.path), "device-one-pass");
+  ASSERT_NE(candidate("one-pass"), nullptr);
+  EXPECT_EQ(candidate("one-pass")->allowed, 1);
+  if (gpus >= 2) {
+    setParam("LOOM_DEVICE_P2P", "0");
+    ASSERT_EQ(loomCommPlanInfoDevice(comm, loomCollAllReduce, 1 << 20, loomFloat32, 0, 0, &info),
+              loomSuccess);
+    EXPECT_EQ(std::string(info.path), "device-staged") << "GPUs without peer to peer";
+    setParam("LOOM_DEVICE_P2P", nullptr);
+  }
+  ASSERT_NE(candidate("staged-whole"), nullptr);
+  ASSERT_NE(candidate("ring"), nullptr);
+  EXPECT_GT(candidate("staged-whole")->predictedUs, candidate("ring")->predictedUs)
+      << "copies to and from the host cost nothing";
+  EXPECT_GT(info.predictedUs, 0);
+
+  setParam("LOOM_DEVICE_ONE_PASS", "0");
+  ASSERT_EQ(loomCommPlanInfoDevice(comm, loomCollAllGather, 1000, loomFloat32, 0, 0, &info),
+            loomSuccess);
+  EXPECT_EQ(std::string(info.path), "device-staged");
+  EXPECT_EQ(candidate("one-pass")->allowed, 0);
+  EXPECT_EQ(candidate("staged-pipelined")->allowed, 0) << "a 4 KB call in chunks";
+  ASSERT_EQ(loomCommPlanInfoDevice(comm, loomCollAllGather, 4 << 20, loomFloat32, 0, 0, &info),
+            loomSuccess);
+  EXPECT_EQ(std::string(info.path), "device-pipelined");
+  EXPECT_EQ(candidate("staged-pipelined")->allowed, 1);
+  EXPECT_DOUBLE_EQ(info.predictedUs, candidate("staged-pipelined")->predictedUs);
 }
 
 // A call with device memory on some ranks and host memory on others is refused on every rank
@@ -547,7 +724,7 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
             victim);
     return 2;
   }
-  if (mode == "devfault" || mode == "devfreed") {
+  if (mode == "devfault") {
     if (rank != 0) {
       loomResult_t r =
           loomAllReduce(in.ptr(), out.ptr(), count, loomFloat32, loomSum, comm, nullptr);
@@ -558,14 +735,13 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
       fprintf(stderr, "rank %d: failed as it should: %s\n", rank, loomGetLastError());
       return 0;
     }
-    const bool fault = mode == "devfault";
     Gate gate;
     CUdeviceptr doomed = 0;
     if (api().cuMemAlloc(&doomed, count * 4) != 0 || !gate.close(s.s)) return 23;
     if (loomAllReduce(reinterpret_cast<void*>(doomed), out.ptr(), count, loomFloat32, loomSum, comm,
                       s.s) != loomSuccess)
       return failedNaming("enqueue", "");
-    if (fault) {
+    {
       // A kernel of this rank's on another stream faults while the call waits for its stream.
       auto inject =
           reinterpret_cast<int (*)(const char*, int)>(driverSymbol("loomtest_fakecuda_inject"));
@@ -576,8 +752,6 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
                .isOk())
         return 24;
       api().cuStreamSynchronize(other.s);
-    } else {
-      api().cuMemFree(doomed);  // before the stream, and so the call, reaches it
     }
     gate.open = true;
     const cuda::CUresult sync = api().cuStreamSynchronize(s.s);  // returns: the stream is let go
@@ -588,22 +762,36 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     }
     fprintf(stderr, "rank 0: cuStreamSynchronize %d, async %s\n", sync, loomGetErrorString(async));
     if (async == loomSuccess) return 5;
-    return failedNaming("async error", fault ? "ILLEGAL_ADDRESS" : "was it freed");
+    return failedNaming("async error", "ILLEGAL_ADDRESS");
   }
   if (mode == "devonepass") {
-    // 1 Mi floats per rank, out of place then in place; every element checked.
-    const bool on = getenv("LOOM_DEVICE_ONE_PASS") && atoi(getenv("LOOM_DEVICE_ONE_PASS")) != 0;
+    // 1 Mi floats per rank, out of place then in place; every element checked. With
+    // LOOMTEST_RANK_DEVICES=1 rank r is on device r % (devices): peer to peer between them
+    // (LOOM_DEVICE_P2P, default on).
+    auto flag = [](const char* name, bool def) {
+      const char* v = getenv(name);
+      return v && *v ? atoi(v) != 0 : def;
+    };
+    int gpus = 1;
+    api().cuDeviceGetCount(&gpus);
+    const int dev = flag("LOOMTEST_RANK_DEVICES", false) ? rank % gpus : 0;
+    const bool on =
+        flag("LOOM_DEVICE_ONE_PASS", true) &&
+        (gpus < 2 || !flag("LOOMTEST_RANK_DEVICES", false) || flag("LOOM_DEVICE_P2P", true));
     const long long maps0 = fakeCount("ipc_mappings"), launches0 = fakeCount("kernel_launches");
     const size_t big = size_t(1) << 20;
-    DevBuf a(big * 4), b(big * 4);
+    DevBuf a(big * 4, dev), b(big * 4, dev);
+    Stream rs(dev);
+    if (!loom::device::useDevice(dev).isOk()) return 20;
     std::vector<float> mine(big);
     for (size_t i = 0; i < big; ++i) mine[i] = static_cast<float>(rank + 1 + i % 7);
-    if (!a.ok() || !b.ok() || !a.put(mine)) return 21;
+    if (!a.ok() || !b.ok() || !rs.s || !a.put(mine)) return 21;
     for (bool inPlace : {false, true}) {
       DevBuf& outBuf = inPlace ? a : b;
-      if (loomAllReduce(a.ptr(), outBuf.ptr(), big, loomFloat32, loomSum, comm, s.s) != loomSuccess)
+      if (loomAllReduce(a.ptr(), outBuf.ptr(), big, loomFloat32, loomSum, comm, rs.s) !=
+          loomSuccess)
         return failedNaming("allreduce", "");
-      std::vector<float> got = outBuf.get(big, s.s);
+      std::vector<float> got = outBuf.get(big, rs.s);
       for (size_t i = 0; i < big; ++i) {
         const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
         if (got[i] != want) {
@@ -614,8 +802,8 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     }
     const long long maps = fakeCount("ipc_mappings") - maps0;
     const long long launches = fakeCount("kernel_launches") - launches0;
-    fprintf(stderr, "rank %d: one pass %s: ipc_mappings +%lld, kernel_launches +%lld\n", rank,
-            on ? "on" : "off", maps, launches);
+    fprintf(stderr, "rank %d (device %d): one pass %s: ipc_mappings +%lld, kernel_launches +%lld\n",
+            rank, dev, on ? "on" : "off", maps, launches);
     if (on ? (maps < 2 || launches < 2) : (maps != 0 || launches != 0)) return 6;
     return 0;
   }

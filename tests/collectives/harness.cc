@@ -120,6 +120,47 @@ bool streamMode() {
   return e && std::strcmp(e, "1") == 0;
 }
 
+// Device memory the cases of one rank thread reuse, freed when the thread ends. cuMemFree
+// synchronizes the device, as a real driver's does: ranks as threads share the device, so a rank
+// freeing between its calls would wait for a peer's stream, which waits for a collective this
+// rank has not yet called (a hang on a GPU; the emulated device aborts there). After a rank's last
+// call, freeing is safe: its peers' calls no longer need it.
+class DevicePool {
+ public:
+  ~DevicePool() {
+    for (const Block& b : free_) loom::cuda::cudaDriver().api.cuMemFree(b.p);
+  }
+  loom::cuda::CUdeviceptr take(size_t bytes) {
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i].bytes >= bytes) {
+        const loom::cuda::CUdeviceptr p = free_[i].p;
+        free_.erase(free_.begin() + static_cast<long>(i));
+        used_.push_back({p, bytes});
+        return p;
+      }
+    loom::cuda::CUdeviceptr p = 0;
+    if (loom::cuda::cudaDriver().api.cuMemAlloc(&p, bytes) != 0) return 0;
+    used_.push_back({p, bytes});
+    return p;
+  }
+  void give(loom::cuda::CUdeviceptr p) {
+    for (size_t i = 0; i < used_.size(); ++i)
+      if (used_[i].p == p) {
+        free_.push_back(used_[i]);
+        used_.erase(used_.begin() + static_cast<long>(i));
+        return;
+      }
+  }
+
+ private:
+  struct Block {
+    loom::cuda::CUdeviceptr p;
+    size_t bytes;
+  };
+  std::vector<Block> free_, used_;
+};
+thread_local DevicePool tDevicePool;
+
 class DeviceMirror {
  public:
   // Device copies of [in, in + inBytes) and [out, out + outBytes) on device 0.
@@ -129,8 +170,9 @@ class DeviceMirror {
     api_ = &d.api;
     loom::Status st = loom::device::useDevice(0);
     if (!st.isOk()) return st.message();
-    if (api_->cuMemAlloc(&in_, inBytes + 64) != 0 || api_->cuMemAlloc(&out_, outBytes + 64) != 0)
-      return "cuMemAlloc failed";
+    in_ = tDevicePool.take(inBytes + 64);
+    out_ = tDevicePool.take(outBytes + 64);
+    if (!in_ || !out_) return "cuMemAlloc failed";
     if (streamMode() && api_->cuStreamCreate(&stream_, loom::cuda::kStreamNonBlocking) != 0)
       return "cuStreamCreate failed";
     if (copy(in_, reinterpret_cast<loom::cuda::CUdeviceptr>(in), inBytes) != 0 ||
@@ -141,8 +183,8 @@ class DeviceMirror {
   ~DeviceMirror() {
     if (!api_) return;
     if (stream_) api_->cuStreamDestroy(stream_);
-    if (in_) api_->cuMemFree(in_);
-    if (out_) api_->cuMemFree(out_);
+    if (in_) tDevicePool.give(in_);
+    if (out_) tDevicePool.give(out_);
   }
   // The device address of host pointer p, which lies in [hostIn, ...) or [hostOut, ...).
   void* in(const char* hostIn, const char* p) const {

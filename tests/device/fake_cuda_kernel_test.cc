@@ -2,6 +2,7 @@
 // the CPU kernels' bits (src/reduce), the wait kernel holds its stream, launch arguments are
 // checked as the driver does, and faults (a bad pointer, memory freed under a queued copy, an
 // injected illegal address) are sticky for the context without leaving any stream blocked.
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -365,7 +366,65 @@ TEST_F(FakeCudaFaults, IllegalAddressInAKernelIsStickyAndReleasesWaits) {
   EXPECT_CU(kSuccess, a.cuMemAlloc(&p, 64));
 }
 
-TEST_F(FakeCudaFaults, PastTheEndOfAnAllocationAndFreedUnderACopy) {
+// Another device's memory, as on a real GPU: a kernel that reads it faults until its context has
+// peer access (cuCtxEnablePeerAccess, one direction; enabling twice says so), while copies between
+// the devices need none; the devices are found by bus id, and a device is not its own peer.
+TEST_F(FakeCudaFaults, AnotherDevicesMemoryNeedsPeerAccessInKernels) {
+  const DriverApi& a = cu();
+  int can = -1;
+  ASSERT_CU_OK(a.cuDeviceCanAccessPeer(&can, 0, 1));
+  EXPECT_EQ(can, 1);
+  ASSERT_CU_OK(a.cuDeviceCanAccessPeer(&can, 0, 0));
+  EXPECT_EQ(can, 0);
+  CUdevice found = -1;
+  ASSERT_CU_OK(a.cuDeviceGetByPCIBusId(&found, "0000:11:00.0"));
+  EXPECT_EQ(found, 1);
+  EXPECT_CU(101, a.cuDeviceGetByPCIBusId(&found, "0000:99:00.0"));  // CUDA_ERROR_INVALID_DEVICE
+  CUcontext other = nullptr;
+  ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&other, 1));
+  EXPECT_CU(kErrorInvalidContext, a.cuCtxEnablePeerAccess(ctx_, 0));  // itself
+  EXPECT_CU(kErrorInvalidValue, a.cuCtxEnablePeerAccess(other, 1));
+  ASSERT_CU_OK(a.cuCtxSetCurrent(other));
+  const CUdeviceptr remote = alloc(1024);
+  ASSERT_CU_OK(a.cuCtxSetCurrent(ctx_));
+  const CUdeviceptr local = alloc(1024);
+  CUstream s = stream();
+  std::vector<int32_t> ones(256, 1), got(256, 0);
+  ASSERT_CU_OK(a.cuMemcpyAsync(remote, dev(ones.data()), 1024, s));  // copies need no access
+  ASSERT_CU_OK(a.cuMemcpyAsync(local, remote, 1024, s));
+  devk::ReduceArgs args{};
+  args.dst = reinterpret_cast<void*>(local);
+  args.src[0] = reinterpret_cast<const void*>(local);
+  args.src[1] = reinterpret_cast<const void*>(remote);
+  args.nsrc = 2;
+  args.count = 256;
+  ASSERT_CU_OK(a.cuCtxEnablePeerAccess(other, 0));
+  EXPECT_CU(kErrorPeerAccessAlreadyEnabled, a.cuCtxEnablePeerAccess(other, 0));
+  ASSERT_CU_OK(launch(function("loomReduce_i32_sum"), s, &args));
+  ASSERT_CU_OK(a.cuMemcpyAsync(dev(got.data()), local, 1024, s));
+  ASSERT_CU_OK(a.cuStreamSynchronize(s));
+  EXPECT_EQ(got, std::vector<int32_t>(256, 2));
+  // Device 1's context has no access to device 0's memory: its kernel faults.
+  std::thread([&] {
+    ASSERT_CU_OK(a.cuCtxSetCurrent(other));
+    CUstream t = nullptr;
+    ASSERT_CU_OK(a.cuStreamCreate(&t, kStreamNonBlocking));
+    CUmodule m = nullptr;
+    CUfunction f = nullptr;
+    ASSERT_CU_OK(a.cuModuleLoadData(&m, kImage));
+    ASSERT_CU_OK(a.cuModuleGetFunction(&f, m, "loomReduce_i32_sum"));
+    devk::ReduceArgs back = args;
+    back.dst = reinterpret_cast<void*>(remote);
+    back.src[0] = reinterpret_cast<const void*>(remote);
+    back.src[1] = reinterpret_cast<const void*>(local);
+    void* params[] = {&back};
+    ASSERT_CU_OK(a.cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, t, params, nullptr));
+    EXPECT_CU(kErrorIllegalAddress, a.cuStreamSynchronize(t));
+    EXPECT_CU(kSuccess, a.cuDevicePrimaryCtxRelease(1));  // the fault ends with the context
+  }).join();
+}
+
+TEST_F(FakeCudaFaults, PastTheEndOfAnAllocationFaultsAndFreeWaitsForQueuedWork) {
   const DriverApi& a = cu();
   CUstream s = stream();
   const CUdeviceptr d = alloc(1000);
@@ -376,17 +435,34 @@ TEST_F(FakeCudaFaults, PastTheEndOfAnAllocationAndFreedUnderACopy) {
   args.count = 1001;  // one byte past the end
   ASSERT_CU_OK(launch(function("loomReduce_u8_max"), s, &args));
   EXPECT_CU(kErrorIllegalAddress, a.cuStreamSynchronize(s));
-  // A fresh context: a copy queued behind a wait, its source freed before the stream gets there.
+  // A fresh context: a copy queued behind a wait. cuMemFree synchronizes the device, as the
+  // driver's: it returns once another thread has let the stream go and the copy has read the
+  // memory.
   ASSERT_CU_OK(a.cuDevicePrimaryCtxRelease(0));
   ASSERT_CU_OK(a.cuDevicePrimaryCtxRetain(&ctx_, 0));
   s = stream();
   uint64_t* w = hostAlloc(64);
-  const CUdeviceptr e = alloc(4096);
+  const CUdeviceptr e = alloc(4096), f = alloc(4096);
+  ASSERT_CU_OK(a.cuMemsetD8Async(e, 7, 4096, s));
   ASSERT_CU_OK(a.cuStreamWaitValue64(s, dev(&w[0]), 1, kStreamWaitValueGeq));
   ASSERT_CU_OK(a.cuMemcpyAsync(dev(&w[1]), e, 8, s));
-  ASSERT_CU_OK(a.cuMemFree(e));
-  __atomic_store_n(&w[0], 1, __ATOMIC_RELEASE);
-  EXPECT_CU(kErrorIllegalAddress, a.cuStreamSynchronize(s));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    __atomic_store_n(&w[0], 1, __ATOMIC_RELEASE);
+  });
+  EXPECT_CU(kSuccess, a.cuMemFree(e));
+  opener.join();
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
+  EXPECT_EQ(w[1], 0x0707070707070707ull) << "the copy ran after its source was freed";
+  // Nobody to let the stream go: a real driver hangs in cuMemFree; the emulator fails it here
+  // (LOOMTEST_FAKECUDA_LOAD_WAIT_MS; without it, it aborts the process saying why).
+  ASSERT_CU_OK(a.cuStreamWaitValue64(s, dev(&w[2]), 1, kStreamWaitValueGeq));
+  ::setenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS", "100", 1);
+  EXPECT_CU(CUresult(800), a.cuMemFree(f));  // NOT_PERMITTED
+  ::unsetenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS");
+  __atomic_store_n(&w[2], 1, __ATOMIC_RELEASE);
+  EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
+  EXPECT_CU(kSuccess, a.cuMemFree(f));
 }
 
 TEST_F(FakeCudaFaults, InjectedIllegalAddress) {

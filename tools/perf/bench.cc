@@ -16,6 +16,7 @@
 
 #include "src/core/dtype.h"
 #include "src/core/status.h"
+#include "src/device/device_memory.h"
 #include "tools/perf/check.h"
 #include "tools/perf/collectives.h"
 #include "tools/perf/device_buffers.h"
@@ -270,8 +271,18 @@ class Bench {
       usageError_ = true;
       return Status(Code::kInvalidArgument, "--plan: sendrecv is point to point (no algorithm)");
     }
-    std::string out = fmt::format("# loom-perf --plan: {} on {} ranks (nothing is run)\n#\n",
-                                  collTestName(opts_.coll), first_.nranks);
+    // On device memory (--mem device, or auto with a usable GPU): the device paths, priced with
+    // rank 0's GPU (its host's first) beside the host schedule.
+    const bool device =
+        opts_.mem == "device" || (opts_.mem == "auto" && deviceUnavailable().empty());
+    if (device && !deviceUnavailable().empty()) {
+      usageError_ = true;
+      return Status(Code::kInvalidArgument, "--mem device: no usable GPU: " + deviceUnavailable());
+    }
+    if (device) LOOM_TRY(loom::device::useDevice(0).withContext("--plan --mem device"));
+    std::string out = fmt::format(
+        "# loom-perf --plan: {} on {} ranks{} (nothing is run)\n#\n", collTestName(opts_.coll),
+        first_.nranks, device ? " on CUDA device memory (device 0's measured speeds)" : "");
     out += fmt::format("# {:>12} {:>12} {:>8} {:>5} {:>16} {:>9} {:>7} {:>13}  {}\n", "size",
                        "count", "type", "root", "path", "algorithm", "source", "predicted(us)",
                        "candidates: predicted us (x: excluded by LOOM_ALGO)");
@@ -281,9 +292,13 @@ class Bench {
         for (size_t bytes : sweepSizes(opts_)) {
           CollCounts c = collCounts(opts_.coll, bytes, el, first_.nranks);
           loomPlanInfo_t pi;
-          LOOM_TRY(loomCall(
-              loomCommPlanInfo(first_.comm, *coll, c.paramCount, type, root < 0 ? 0 : root, 0, &pi),
-              "loomCommPlanInfo"));
+          const int r = root < 0 ? 0 : root;
+          LOOM_TRY(
+              device ? loomCall(loomCommPlanInfoDevice(first_.comm, *coll, c.paramCount, type, r, 0,
+                                                       &pi),
+                                "loomCommPlanInfoDevice")
+                     : loomCall(loomCommPlanInfo(first_.comm, *coll, c.paramCount, type, r, 0, &pi),
+                                "loomCommPlanInfo"));
           std::string cands;
           for (int i = 0; i < pi.nCandidates; ++i) {
             const loomPlanCandidate_t& k = pi.candidates[i];

@@ -182,6 +182,27 @@ CUresult cuDeviceGetPCIBusId(char* busId, int len, CUdevice device) {
   return copyName(busId, len, id);
 }
 
+// Distinct devices reach each other unless LOOMTEST_FAKECUDA_P2P=0 (devices under different
+// root ports without peer-to-peer support); a device does not count as its own peer.
+CUresult cuDeviceCanAccessPeer(int* can, CUdevice device, CUdevice peer) {
+  FAKECUDA_ENTRY();
+  if (can == nullptr) return kErrorInvalidValue;
+  if (deviceOf(device) == nullptr || deviceOf(peer) == nullptr) return kErrorInvalidDevice;
+  *can = device != peer && state().cfg.p2p ? 1 : 0;
+  return kSuccess;
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice* device, const char* busId) {
+  FAKECUDA_ENTRY();
+  if (device == nullptr || busId == nullptr) return kErrorInvalidValue;
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (std::sscanf(busId, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4 || domain != 0 || dev != 0 ||
+      fn != 0 || bus < 0x10 || deviceOf(int(bus - 0x10)) == nullptr)
+    return kErrorInvalidDevice;
+  *device = int(bus - 0x10);
+  return kSuccess;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
   FAKECUDA_ENTRY();
   if (ctx == nullptr) return kErrorInvalidValue;
@@ -219,6 +240,22 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
   Context* c = contextOf(ctx);
   if (c == nullptr) return kErrorInvalidContext;
   setCurrentContext(c);
+  return kSuccess;
+}
+
+// Lets the current context's kernels reach peer's memory (one direction, as the driver's).
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (flags != 0) return kErrorInvalidValue;
+  Context* c = nullptr;
+  FAKECUDA_TRY(requireContext(&c));
+  Context* p = nullptr;
+  for (int d = 0; deviceOf(d) != nullptr; ++d)
+    if (deviceOf(d)->primary->handle() == peer) p = deviceOf(d)->primary;
+  if (p == nullptr || p == c || !p->active.load()) return kErrorInvalidContext;
+  if (!state().cfg.p2p) return kErrorPeerAccessUnsupported;
+  const uint32_t bit = 1u << p->dev->ordinal;
+  if (c->peers.fetch_or(bit) & bit) return kErrorPeerAccessAlreadyEnabled;
   return kSuccess;
 }
 

@@ -175,6 +175,10 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigne
     b->size = h.span;
     b->ino = h.ino;
     b->device = deviceOf(h.device) ? h.device : c->dev->ordinal;
+    if (b->device != c->dev->ordinal) {  // another device's memory: mapped over peer access
+      if (!state().cfg.p2p) return kErrorPeerAccessUnsupported;
+      if (flags & kIpcMemLazyEnablePeerAccess) c->peers.fetch_or(1u << b->device);
+    }
     const uintptr_t base = space().reserve(h.span, kGranularity);
     if (base == 0) return kErrorOutOfMemory;
     if (!mapRegion(RegionKind::kIpc, base, h.span, h.size, std::move(b), 0, c))

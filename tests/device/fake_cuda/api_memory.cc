@@ -73,6 +73,9 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     }
     std::shared_ptr<Region> r = space().find(dptr);
     if (r == nullptr || r->base != dptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;
+    // As the driver's, it synchronizes the device first: work queued on it finishes with the
+    // memory still there.
+    FAKECUDA_TRY(waitForIdleContext(c, "cuMemFree"));
     if (space().remove(dptr) == nullptr) return kErrorInvalidValue;  // freed meanwhile
     count(kAllocations, -1);
     return kSuccess;  // the bytes stay mapped until work that uses them ends

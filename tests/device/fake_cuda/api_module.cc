@@ -39,8 +39,15 @@ size_t elementSize(int dt) {
   }
 }
 
-bool reachable(const Resolved& r) {
-  return r.target == Target::kDevice || r.target == Target::kHost;
+// What a kernel of context c may touch: host memory known to the device, device memory of c's
+// device, and another device's memory where c has peer access to it (VMM mappings: their access
+// flags, checked by resolve).
+bool reachable(const Resolved& r, const Context* c) {
+  if (r.target == Target::kHost) return true;
+  if (r.target != Target::kDevice) return false;
+  const int d = r.region->device;
+  return r.region->kind == RegionKind::kVmm || d == c->dev->ordinal ||
+         (c->peers.load(std::memory_order_acquire) & (1u << d)) != 0;
 }
 
 // Which of Loom's kernels `name` is: fills dtype/op; false when none.
@@ -64,7 +71,7 @@ bool knownKernel(const char* name, Function* f) {
 
 // A reduction kernel as the device runs it: every pointer must be device or host-mapped memory
 // of this process, for all count elements.
-CUresult runReduce(const Function& f, const devk::ReduceArgs& a) {
+CUresult runReduce(const Function& f, const devk::ReduceArgs& a, const Context* c) {
   if (a.nsrc < 1 || a.nsrc > devk::kMaxReduceInputs) return kErrorIllegalAddress;
   if (a.count == 0) return kSuccess;
   const size_t es = elementSize(f.dtype);
@@ -73,11 +80,11 @@ CUresult runReduce(const Function& f, const devk::ReduceArgs& a) {
   Resolved held[1 + devk::kMaxReduceInputs];  // keeps the memory mapped while the kernel runs
   devk::ReduceArgs t = a;
   held[0] = resolve(reinterpret_cast<uintptr_t>(a.dst), bytes, true);
-  if (!reachable(held[0])) return kErrorIllegalAddress;
+  if (!reachable(held[0], c)) return kErrorIllegalAddress;
   t.dst = held[0].p;
   for (int s = 0; s < a.nsrc; ++s) {
     held[s + 1] = resolve(reinterpret_cast<uintptr_t>(a.src[s]), bytes, false);
-    if (!reachable(held[s + 1])) return kErrorIllegalAddress;
+    if (!reachable(held[s + 1], c)) return kErrorIllegalAddress;
     t.src[s] = held[s + 1].p;
   }
   if (!devk::runReduceKernelOnHost(f.name.c_str(), t)) return kErrorLaunchFailed;
@@ -88,7 +95,8 @@ CUresult runReduce(const Function& f, const devk::ReduceArgs& a) {
 // The wait kernel: spins (interruptibly) until *flag >= value.
 CUresult runWaitFlag(Stream& st, const devk::WaitFlagArgs& a) {
   const Resolved w = resolve(reinterpret_cast<uintptr_t>(a.flag), 8, false);
-  if (!reachable(w) || reinterpret_cast<uintptr_t>(a.flag) % 8 != 0) return kErrorIllegalAddress;
+  if (!reachable(w, st.ctx()) || reinterpret_cast<uintptr_t>(a.flag) % 8 != 0)
+    return kErrorIllegalAddress;
   const auto* word = reinterpret_cast<const uint64_t*>(w.p);
   const uint64_t value = a.value;
   if (!deviceWait(st, [&] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) >= value; }))
@@ -241,7 +249,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gridX, unsigned gridY, unsigned g
     } else {
       devk::ReduceArgs a;
       std::memcpy(&a, params[0], sizeof(a));
-      run = [fn, a](Stream&) { return runReduce(*fn, a); };
+      run = [fn, a](Stream& st) { return runReduce(*fn, a, st.ctx()); };
     }
     return s->enqueue([run = std::move(run), fault](Stream& st) -> CUresult {
       if (fault == FaultKind::kIllegalAddress) return kErrorIllegalAddress;

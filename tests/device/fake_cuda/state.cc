@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "tests/device/fake_cuda/memory.h"
@@ -115,6 +116,7 @@ CUresult initialize() {
     c.memops = envFlag("LOOMTEST_FAKECUDA_MEMOPS", true);
     c.vmm = envFlag("LOOMTEST_FAKECUDA_VMM", true);
     c.dmabuf = envFlag("LOOMTEST_FAKECUDA_DMABUF", true);
+    c.p2p = envFlag("LOOMTEST_FAKECUDA_P2P", true);
     parseFault(s);
     if (c.devices == 0) {
       s.initResult = kErrorNoDevice;
@@ -188,6 +190,7 @@ CUresult retainPrimary(Device* d, Context** out) {
   if (c->refs++ == 0) {
     c->gen.fetch_add(1);
     c->sticky.store(0);
+    c->peers.store(0);
     c->active.store(true, std::memory_order_release);
   }
   count(kContextRefs);
@@ -272,30 +275,55 @@ const char* errorText(CUresult rc) {
   return e ? e->text : nullptr;
 }
 
-CUresult waitForDeviceWaits(const char* what, const char* advice) {
-  auto waiting = [] {
-    int n = 0;
-    for (const auto& c : state().contexts) n += c->waiting.load(std::memory_order_acquire);
-    return n;
-  };
-  if (waiting() == 0) return kSuccess;
+namespace {
+
+// Waits while busy() holds; past the deadline, the hang's clear form (see waitForDeviceWaits).
+CUresult waitWhile(const std::function<bool()>& busy, const std::function<void(long)>& say) {
+  if (!busy()) return kSuccess;
   long waitMs = 5000;
   const char* v = std::getenv("LOOMTEST_FAKECUDA_LOAD_WAIT_MS");
   const bool asked = v && *v;  // a test of this very behaviour: fail the call, not the process
   if (asked) waitMs = std::strtol(v, nullptr, 10);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(waitMs);
-  while (waiting() > 0) {
+  while (busy()) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::fprintf(stderr,
-                   "fakecuda: %s waits until the device is idle, and %d stream(s) have waited in "
-                   "a device-side wait for %ld ms: a real driver hangs here (%s)\n",
-                   what, waiting(), waitMs, advice);
+      say(waitMs);
       if (!asked) std::abort();  // the clear form of the hang a real GPU gives
       return kErrorNotPermitted;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return kSuccess;
+}
+
+}  // namespace
+
+CUresult waitForIdleContext(Context* c, const char* what) {
+  return waitWhile([c] { return c->pending.load(std::memory_order_acquire) > 0; },
+                   [c, what](long ms) {
+                     std::fprintf(stderr,
+                                  "fakecuda: %s waits until the device's streams are idle, and "
+                                  "%d operation(s) have not completed in %ld ms: a real driver "
+                                  "hangs here (free device memory once no queued work can wait "
+                                  "for this thread)\n",
+                                  what, c->pending.load(), ms);
+                   });
+}
+
+CUresult waitForDeviceWaits(const char* what, const char* advice) {
+  auto waiting = [] {
+    int n = 0;
+    for (const auto& c : state().contexts) n += c->waiting.load(std::memory_order_acquire);
+    return n;
+  };
+  return waitWhile([&] { return waiting() > 0; },
+                   [&](long ms) {
+                     std::fprintf(stderr,
+                                  "fakecuda: %s waits until the device is idle, and %d stream(s) "
+                                  "have waited in a device-side wait for %ld ms: a real driver "
+                                  "hangs here (%s)\n",
+                                  what, waiting(), ms, advice);
+                   });
 }
 
 }  // namespace fakecuda

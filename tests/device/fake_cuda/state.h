@@ -76,6 +76,7 @@ struct Config {
   bool memops = true;
   bool vmm = true;
   bool dmabuf = true;
+  bool p2p = true;  // LOOMTEST_FAKECUDA_P2P: distinct devices may reach each other's memory
 };
 
 struct Context;
@@ -108,6 +109,13 @@ struct Context {
   // Streams of this context now blocked in a device-side wait (a stream memory wait, an event
   // wait, the wait kernel): what loading a function waits for (cuLaunchKernel).
   std::atomic<int> waiting{0};
+  // The devices whose memory this context's kernels may reach besides its own (bit d: device d):
+  // enabled by cuCtxEnablePeerAccess, or by opening an IPC handle with lazy peer access; cleared
+  // with each new generation. Without it a kernel reading another device's memory faults.
+  std::atomic<uint32_t> peers{0};
+  // Operations enqueued on this context's streams and not yet completed (what cuMemFree waits
+  // for: the driver synchronizes the device before it frees).
+  std::atomic<int> pending{0};
 
   CUcontext handle() { return reinterpret_cast<CUcontext>(this); }
   // The error every call in this context returns now (0: none).
@@ -190,6 +198,10 @@ State& state();
 // `what` and `advice` (with LOOMTEST_FAKECUDA_LOAD_WAIT_MS set, after that many ms the operation
 // fails with CUDA_ERROR_NOT_PERMITTED instead: for tests of this behaviour).
 CUresult waitForDeviceWaits(const char* what, const char* advice);
+// Waits until context c's streams have no work left, as the driver's cuMemFree does; after 5 s
+// (LOOMTEST_FAKECUDA_LOAD_WAIT_MS) still waiting, aborts saying a real driver hangs there, or
+// returns kErrorNotPermitted where that variable is set.
+CUresult waitForIdleContext(Context* c, const char* what);
 
 inline void count(Counter c, long long delta = 1) {
   state().counters[c].fetch_add(delta, std::memory_order_relaxed);

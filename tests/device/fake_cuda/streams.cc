@@ -100,6 +100,7 @@ CUresult Stream::enqueue(OpFn op) {
     q_.push_back(std::move(op));
     ++enqueued_;
   }
+  ctx_->pending.fetch_add(1, std::memory_order_acq_rel);
   count(kPendingOps);
   workCv_.notify_one();
   return kSuccess;
@@ -174,6 +175,7 @@ void Stream::run() {
       std::lock_guard<std::mutex> lk(mu_);
       ++completed_;
     }
+    ctx_->pending.fetch_sub(1, std::memory_order_acq_rel);
     count(kPendingOps, -1);
     doneCv_.notify_all();
   }

@@ -1,0 +1,66 @@
+// What a call on CUDA device memory would run and what it would cost (loomCommPlanInfoDevice,
+// loom-perf --plan --mem device): the cost model priced with the device's measured speeds
+// (src/device/device_speeds.h) beside the host schedule's price.
+//
+// The device paths (src/runtime/device_runner.h):
+//   - one-pass: every rank of one host on one GPU: each reduces or copies its slice straight from
+//     its peers' device buffers with Loom's kernels and the copy engines. Its price: the bytes all
+//     ranks move through the GPU's memory at the measured device copy speed (they share it), an
+//     operation's cost per launch and copy, and the host exchange's three flag rounds.
+//   - staged whole: the input copied to pinned host memory, the host schedule, the output copied
+//     back, one after the other.
+//   - staged pipelined (LOOM_DEVICE_STAGE_CHUNK): the same in chunks, the three overlapping: the
+//     first chunk's copy in, then the slowest of the three per chunk for the others, then the last
+//     chunk's host call and copy back.
+// The one pass is priced where it can run: all ranks on this host, LOOM_DEVICE_ONE_PASS on, a
+// collective it takes, and every rank on one GPU (a host with one GPU), or, with several, one GPU
+// per rank (NCCL's habit) where they all reach each other peer to peer (LOOM_DEVICE_P2P): then by
+// the bytes each rank moves between GPUs at the measured peer speed.
+//
+// Threads: the communicator's calling thread (as loomCommPlanInfo).
+#pragma once
+
+#include <string>
+
+#include "src/core/status.h"
+#include "src/device/device_speeds.h"
+#include "src/runtime/dispatch.h"
+
+namespace loom {
+
+class Comm;
+
+struct DevicePlan {
+  std::string path;       // "device-one-pass", "device-pipelined" or "device-staged"
+  std::string algorithm;  // "direct" on the one pass; else the host schedule's (the whole call's)
+  const char* source = "model";
+  double seconds = -1;     // the chosen path's price
+  double onePassSec = -1;  // < 0: the one pass cannot run (onePassWhy says why)
+  std::string onePassWhy;
+  double wholeSec = -1;      // staged whole
+  double pipelinedSec = -1;  // staged in chunks (< 0: the call is one chunk, or chunking is off)
+  size_t chunks = 0;
+  double hostSec = -1;  // the host schedule of the whole call alone
+  Decision host;        // the host decision for the whole call
+};
+
+// The plan of call (device buffers on every rank) on cm, priced with speeds.
+Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call,
+                                  const device::DeviceSpeeds& speeds);
+
+// The price of the one pass of call among n ranks sharing one GPU with speeds; intraAlphaSec is a
+// flag round's cost. < 0 for a collective it does not take. Pure.
+double deviceOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& speeds,
+                            double intraAlphaSec);
+
+// The same among n ranks on n GPUs that reach each other peer to peer: the busiest rank's bytes to
+// and from other GPUs at the measured peer speed. < 0 without that speed. Pure.
+double devicePeerOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& speeds,
+                                double intraAlphaSec);
+
+// Staged: the copy of `in` bytes to the host and of `out` bytes back (rows copies each way), around
+// a host call of hostSec. Pure.
+double stagedSeconds(double in, double out, int rows, double hostSec,
+                     const device::DeviceSpeeds& speeds);
+
+}  // namespace loom
