@@ -435,6 +435,31 @@ TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
   }
 }
 
+// One rank's AllReduce of n floats on device `dev` (its buffers and stream there), out of place
+// then in place, every element checked; "" or what went wrong.
+std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, size_t n) {
+  DevBuf a(n * 4, dev), b(n * 4, dev);
+  Stream s(dev);
+  if (!loom::device::useDevice(dev).isOk()) return "useDevice failed";
+  std::vector<float> mine(n);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(rank + 1 + i % 5);
+  if (!a.ok() || !b.ok() || !s.s || !a.put(mine)) return "setup failed";
+  for (bool inPlace : {false, true}) {
+    void* out = inPlace ? a.ptr() : b.ptr();
+    loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
+    if (r != loomSuccess) return "allreduce: " + outcome(r);
+    std::vector<float> got = (inPlace ? a : b).get(n, s.s);
+    for (size_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(nranks * (nranks + 1) / 2 + nranks * (i % 5));
+      if (got[i] != want)
+        return "rank " + std::to_string(rank) + (inPlace ? " in place" : " out of place") +
+               ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+               std::to_string(want);
+    }
+  }
+  return "";
+}
+
 // Ranks of one host on different GPUs that reach each other peer to peer take the one pass too:
 // as threads (peer access turned on, buffers by address) and as processes (IPC handles opened with
 // lazy peer access); with LOOM_DEVICE_P2P=0 they stage. The emulator's counters tell the paths
@@ -457,27 +482,8 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
     ThreadRanks tr(2);
     ASSERT_TRUE(tr.ok()) << tr.error();
     const long long launches = fakeCount("kernel_launches");
-    std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
-      const int dev = rank % gpus;
-      DevBuf a(n * 4, dev), b(n * 4, dev);
-      Stream s(dev);
-      if (!loom::device::useDevice(dev).isOk()) return "useDevice failed";
-      std::vector<float> mine(n);
-      for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(rank + 1 + i % 5);
-      if (!a.ok() || !b.ok() || !s.s || !a.put(mine)) return "setup failed";
-      for (bool inPlace : {false, true}) {
-        void* out = inPlace ? a.ptr() : b.ptr();
-        loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
-        if (r != loomSuccess) return "allreduce: " + outcome(r);
-        std::vector<float> got = (inPlace ? a : b).get(n, s.s);
-        for (size_t i = 0; i < n; ++i) {
-          const float want = static_cast<float>(3 + 2 * (i % 5));
-          if (got[i] != want)
-            return "rank " + std::to_string(rank) + ": element " + std::to_string(i) + " is " +
-                   std::to_string(got[i]) + ", expected " + std::to_string(want);
-        }
-      }
-      return "";
+    std::string err = tr.run([&](int rank, loomComm_t comm) {
+      return allReduceOnDevice(rank, 2, comm, rank % gpus, n);
     });
     EXPECT_EQ(err, "") << "LOOM_DEVICE_P2P=" << p2p;
     if (launches >= 0) {
@@ -506,28 +512,8 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   const long long launches = fakeCount("kernel_launches");
   const long long lazyLoads = fakeCount("lazy_loads");
   const size_t n = 10007;  // slices of unequal length
-  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
-    if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
-    DevBuf a(n * 4), b(n * 4);
-    Stream s;
-    std::vector<float> mine(n);
-    for (size_t i = 0; i < n; ++i) mine[i] = static_cast<float>(rank + 1 + i % 5);
-    if (!a.ok() || !b.ok() || !s.s || !a.put(mine)) return "setup failed";
-    for (bool inPlace : {false, true}) {
-      void* out = inPlace ? a.ptr() : b.ptr();
-      loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
-      if (r != loomSuccess) return "allreduce: " + outcome(r);
-      std::vector<float> got = (inPlace ? a : b).get(n, s.s);
-      for (size_t i = 0; i < n; ++i) {
-        const float want = static_cast<float>(nranks * (nranks + 1) / 2 + nranks * (i % 5));
-        if (got[i] != want)
-          return "rank " + std::to_string(rank) + (inPlace ? " in place" : " out of place") +
-                 ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                 ", expected " + std::to_string(want);
-      }
-    }
-    return "";
-  });
+  std::string err = tr.run(
+      [&](int rank, loomComm_t comm) { return allReduceOnDevice(rank, nranks, comm, 0, n); });
   EXPECT_EQ(err, "");
   if (launches >= 0) {
     EXPECT_GE(fakeCount("kernel_launches") - launches, 2 * nranks)
