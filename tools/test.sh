@@ -47,10 +47,12 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   export LOOMTEST_QUICK=1
   # Collective variants whose paths other tests already run under the sanitizers (the eager shm
   # paths, sockets, registration over sockets and the plugin; device buffers staged through host
-  # memory, which DeviceCalls.* run) ran in the first stage; the ones over the single-copy and
-  # mapped shm paths, the emulated IB device, the plugin and device buffers on streams (the one
-  # pass over the peers' device buffers) stay.
+  # memory, which DeviceCalls.* run; device buffers over GPUDirect RDMA, which
+  # DeviceCalls.GpuDirect* and tools.perf.device.gdr.np3 run) ran in the first stage; the ones over
+  # the single-copy and mapped shm paths, the emulated IB device, the plugin and device buffers on
+  # streams (the one pass over the peers' device buffers) stay. The install test builds a program
+  # without the sanitizers against the sanitized libloom.so, which cannot load: first stage only.
   run_ctest "$ROOT/build-test-asan" -E \
-    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|tools\.perf\.local_register\..*)$'
+    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|install\..*|tools\.perf\.local_register\..*)$'
 
 fi

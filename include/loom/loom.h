@@ -280,11 +280,14 @@ LOOM_API loomResult_t loomCommPlanInfo(loomComm_t comm, loomCollective_t coll, s
                                        loomPlanInfo_t* info);
 
 /* Loom extension: as loomCommPlanInfo, for a call whose buffers are CUDA device memory. path:
- * "device-one-pass" (every rank of one host on one GPU reads its peers' device buffers),
+ * "device-gdr" (the schedule on the device buffers, the network reading and writing them:
+ * GPUDirect RDMA), "device-one-pass" (ranks of one host on one GPU, or on GPUs that reach each
+ * other peer to peer, read their peers' device buffers),
  * "device-pipelined" (staged through pinned host memory in LOOM_DEVICE_STAGE_CHUNK chunks, the
  * copies and the host schedule overlapping) or "device-staged" (staged whole); algorithm: "direct"
  * on the one pass, else the host schedule's; predictedUs: the path's price with this device's
- * copy and kernel speeds (measured on first use, a few milliseconds). candidates: "one-pass",
+ * copy and kernel speeds (measured on first use, a few milliseconds). candidates: "gdr-schedule",
+ * "one-pass",
  * "staged-whole", "staged-pipelined" (priced where they can run; allowed: 0 where not), then the
  * host schedule's candidates for the whole call. The device is the one comm runs its device calls
  * on, else the calling thread's current CUDA context's. Priced with this rank's speeds: ranks may

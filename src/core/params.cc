@@ -169,6 +169,11 @@ const Param kDeviceP2p{
     "LOOM_DEVICE_P2P", ParamType::kBool, "1",
     "Ranks of one host on different GPUs that reach each other peer to peer (NVLink, PCIe) take "
     "the one pass over each other's device buffers; 0: their calls are staged through the host"};
+const Param kDeviceGdr{
+    "LOOM_DEVICE_GDR", ParamType::kBool, "1",
+    "Calls on CUDA device memory run on the schedule with the network reading and writing the "
+    "device buffers (GPUDirect RDMA) where every rank's network can and no two ranks of a host "
+    "use shared memory; 0: staged through pinned host memory. Read at init; every rank must agree"};
 const Param kDeviceStageChunk{
     "LOOM_DEVICE_STAGE_CHUNK", ParamType::kSize, "4M",
     "Staged calls on CUDA device memory larger than this are pipelined in chunks of about this "
@@ -229,7 +234,8 @@ const Param* const kAll[] = {&kDebug,
                              &kCudaLib,
                              &kDeviceOnePass,
                              &kDeviceStageChunk,
-                             &kDeviceP2p};
+                             &kDeviceP2p,
+                             &kDeviceGdr};
 }  // namespace params
 
 namespace {

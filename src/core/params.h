@@ -111,6 +111,7 @@ extern const Param kCudaLib;
 extern const Param kDeviceOnePass;
 extern const Param kDeviceStageChunk;
 extern const Param kDeviceP2p;
+extern const Param kDeviceGdr;
 }  // namespace params
 
 }  // namespace loom

@@ -468,8 +468,9 @@ namespace {
 void copyName(char* dst, size_t n, const std::string& s) { std::snprintf(dst, n, "%s", s.c_str()); }
 
 // The checks and the shape loomCommPlanInfo and loomCommPlanInfoDevice share.
-Status planShape(loomComm_t comm, loomCollective_t coll, size_t count, loomDataType_t datatype,
-                 int root, int inPlace, loomPlanInfo_t* info, CallShape* call) {
+Status planShape(loomComm_t comm, const loomCollective_t& coll, size_t count,
+                 const loomDataType_t& datatype, int root, int inPlace, loomPlanInfo_t* info,
+                 CallShape* call) {
   if (!info) return LOOM_ERROR(kInvalidArgument, "info is NULL");
   std::memset(info, 0, sizeof(*info));
   // loomCollective_t numbers the collectives in kCollectives' order.
@@ -539,7 +540,8 @@ loomResult_t loomCommPlanInfoDevice(loomComm_t comm, loomCollective_t coll, size
     const struct {
       const char* name;
       double sec;
-    } paths[] = {{"one-pass", p.onePassSec},
+    } paths[] = {{"gdr-schedule", p.gdrSec},
+                 {"one-pass", p.onePassSec},
                  {"staged-whole", p.wholeSec},
                  {"staged-pipelined", p.pipelinedSec}};
     for (const auto& e : paths) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "algorithms/algo_filter.h"
@@ -20,6 +21,7 @@
 #include "src/runtime/calibrate.h"
 #include "src/runtime/device_runner.h"
 #include "src/runtime/executor.h"
+#include "transports/ib/gdr.h"
 #include "transports/select/select.h"
 #include "transports/shm/host_group.h"
 
@@ -90,6 +92,7 @@ std::string PeerInfo::serialize() const {
   putU32(s, memcpyMBps);
   putU32(s, reduceMBps);
   putU32(s, cores);
+  putU32(s, flags);
   return s;
 }
 
@@ -108,6 +111,7 @@ Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
   p.memcpyMBps = r.u32();
   p.reduceMBps = r.u32();
   p.cores = r.u32();
+  p.flags = r.u32();
   if (!r.ok || r.pos != blob.size())
     return LOOM_ERROR(kInternal, "peer info: malformed ({} bytes)", blob.size());
   return p;
@@ -221,6 +225,14 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
     me.memcpyMBps = static_cast<uint32_t>(std::min(4e9, speeds.memcpyBytesPerSec / 1e6));
     me.reduceMBps = static_cast<uint32_t>(std::min(4e9, speeds.reduceBytesPerSec / 1e6));
   }
+  net::Properties netProps;
+  // GPUDirect RDMA for this rank's device calls: its network takes device memory, and every GPU
+  // of this host is near enough its NIC (LOOM_NET_GDR_LEVEL, as each registration checks): the
+  // rank's GPU is not known before its first device call.
+  if (params::kDeviceGdr.asBool() && c->net_->getProperties(0, &netProps).isOk() &&
+      (netProps.ptrSupport & net::kPtrCuda) && ib::gdrReachesEveryGpu(netProps.pciPath))
+    me.flags |= PeerInfo::kPeerNetCuda;
+  if (!params::kShmDisable.asBool()) me.flags |= PeerInfo::kPeerShm;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   me.cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
@@ -492,6 +504,21 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
 
 bool Comm::allLocal() const { return shm_ && shm_->area().nlocal() == nranks_; }
 
+bool Comm::deviceSchedule() const {
+  if (nranks_ < 2) return false;
+  std::map<std::string, int> perHost;
+  bool shm = false;
+  for (const PeerInfo& p : peers_) {
+    if (!(p.flags & PeerInfo::kPeerNetCuda)) return false;
+    ++perHost[p.hostId];
+    shm = shm || (p.flags & PeerInfo::kPeerShm);
+  }
+  if (shm)
+    for (const auto& [host, n] : perHost)
+      if (n > 1) return false;  // those ranks talk through shared memory: host memory only
+  return true;
+}
+
 Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
   const uint64_t gen = paramsGeneration();
   LOOM_ASSIGN(factsFilter_, algoFilter());
@@ -508,7 +535,9 @@ Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
   f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
   f.filter = factsFilter_.get();
   // The executor copies and reduces with the CPU: host memory, whatever the transports take.
-  f.scheduleKinds = connections_.acceptedKinds() & kHostKinds;
+  f.scheduleKinds =
+      connections_.acceptedKinds() &
+      (kHostKinds | (deviceSchedule() ? memKindBit(MemKind::kCudaDevice) : MemKindSet{0}));
   if (planner_) f.machine = &planner_->machine();
   if (planner_ && params::kPlanner.asBool())
     f.plan = [this](const CollArgs& args, size_t elemSize, const AlgoFilter& fil) {

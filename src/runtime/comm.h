@@ -50,6 +50,10 @@ struct PeerInfo {
   uint32_t memcpyMBps = 0;  // this rank's measured kernel speeds (calibrate.h), MB/s
   uint32_t reduceMBps = 0;
   uint32_t cores = 0;  // CPUs this process may run on
+  // kPeerNetCuda: its network transport reads and writes CUDA device memory (GPUDirect RDMA) and
+  // LOOM_DEVICE_GDR is on; kPeerShm: its shared memory is on (LOOM_SHM_DISABLE=0).
+  uint32_t flags = 0;
+  static constexpr uint32_t kPeerNetCuda = 1, kPeerShm = 2;
 
   std::string serialize() const;
   static Result<PeerInfo> deserialize(const std::string& blob);
@@ -161,6 +165,11 @@ class Comm {
   // the communicator) and the communicator is bound to that device.
   Result<DeviceRunner*> deviceRunner(int device);
   DeviceRunner* runner() const { return runner_.get(); }
+  // Calls on device memory run on the schedule with the network reading and writing the device
+  // buffers (GPUDirect RDMA), not staged: every rank's network takes device memory
+  // (PeerInfo::kPeerNetCuda) and no two ranks of a host talk through shared memory (which does
+  // not). The same answer on every rank: it reads what every rank published at init.
+  bool deviceSchedule() const;
   // Waits until the runner (if any) has finished every call queued on it: the calling thread may
   // then use the communicator's state.
   Status quiesce();

@@ -172,7 +172,15 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
   else
     p.onePassSec = devicePeerOnePassSeconds(call, n, sp, alpha);
 
-  if (p.onePassSec >= 0) {
+  if (cm->deviceSchedule()) {
+    // GPUDirect RDMA: the schedule itself on the device buffers; priced as the host schedule (the
+    // network's bytes are the same; the kernels' reductions are not priced apart).
+    p.gdrSec = p.hostSec;
+  }
+  if (p.gdrSec >= 0) {
+    p.path = "device-gdr";
+    p.seconds = p.gdrSec;
+  } else if (p.onePassSec >= 0) {
     p.path = "device-one-pass";
     p.algorithm = "direct";
     p.seconds = p.onePassSec;

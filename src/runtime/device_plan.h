@@ -31,7 +31,7 @@ namespace loom {
 class Comm;
 
 struct DevicePlan {
-  std::string path;       // "device-one-pass", "device-pipelined" or "device-staged"
+  std::string path;       // "device-gdr", "device-one-pass", "device-pipelined" or "device-staged"
   std::string algorithm;  // "direct" on the one pass; else the host schedule's (the whole call's)
   const char* source = "model";
   double seconds = -1;     // the chosen path's price
@@ -39,6 +39,7 @@ struct DevicePlan {
   std::string onePassWhy;
   double wholeSec = -1;      // staged whole
   double pipelinedSec = -1;  // staged in chunks (< 0: the call is one chunk, or chunking is off)
+  double gdrSec = -1;        // on the schedule with GPUDirect RDMA (Comm::deviceSchedule)
   size_t chunks = 0;
   double hostSec = -1;  // the host schedule of the whole call alone
   Decision host;        // the host decision for the whole call

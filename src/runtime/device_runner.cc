@@ -199,6 +199,8 @@ DeviceRunner::~DeviceRunner() {
       if (ev) api.cuEventDestroy(ev);
   if (pinned_) api.cuMemFreeHost(pinned_);
   for (char* p : outgrown_) api.cuMemFreeHost(p);
+  if (scratch_) api.cuMemFree(scratch_);
+  for (cuda::CUdeviceptr p : outgrownScratch_) api.cuMemFree(p);
   onePass_.reset();  // closes its IPC mappings
   if (passed_) {
     if (signal_ && api.cuEventQuery(passed_) == cuda::kErrorNotReady) {
@@ -343,6 +345,10 @@ void DeviceRunner::loop() {
 }
 
 Status DeviceRunner::reserveStaging(Job* job) {
+  if (comm_->deviceSchedule()) {  // GPUDirect RDMA: nothing is staged (runOnSchedule)
+    job->plans.assign(job->calls.size(), StagePlan{});
+    return Status();
+  }
   const size_t need = planStaging(job->calls, comm_->nranks(), stageChunk_, &job->plans);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   if (need > pinnedBytes_) {
@@ -383,6 +389,10 @@ Status DeviceRunner::run(Job& job) {
     LOOM_TRY(onePass_->run(job.calls[0], &ran));
     if (ran) return Status();
   }
+  if (comm_->deviceSchedule() &&
+      std::any_of(job.calls.begin(), job.calls.end(),
+                  [](const QueuedOp& q) { return q.inDevice || q.outDevice; }))
+    return runOnSchedule(job);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   const int me = comm_->rank();
   // Planned, and its pinned memory reserved, by post() on the calling thread: never allocated here
@@ -512,6 +522,52 @@ Status DeviceRunner::runPipelined(const QueuedOp& call, const StagePlan& p, char
       st = cuda::cudaError(rc, "cuStreamSynchronize").withContext("a pipelined staging copy");
   }
   return st;
+}
+
+Result<char*> DeviceRunner::deviceScratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    const size_t want = std::max(bytes, scratchBytes_ * 2);
+    cuda::CUdeviceptr p = 0;
+    const cuda::CUresult rc = cuda::cudaDriver().api.cuMemAlloc(&p, want);
+    if (rc != cuda::kSuccess)
+      return cuda::cudaError(rc, "cuMemAlloc")
+          .withContext(fmt::format("rank {}: {} bytes of device scratch for a schedule on device "
+                                   "memory",
+                                   comm_->rank(), want));
+    if (scratch_) outgrownScratch_.push_back(scratch_);
+    scratch_ = p;
+    scratchBytes_ = want;
+  }
+  return reinterpret_cast<char*>(scratch_);
+}
+
+Status DeviceRunner::runOnSchedule(const Job& job) {
+  // Each call as dispatch decides it with its buffers' kinds: device memory takes the schedule
+  // path only (the exchange and the one pass read host memory); host calls go as ever.
+  std::vector<QueuedOp> calls;
+  const bool grouped = job.calls.size() > 1;
+  for (const QueuedOp& q : job.calls) {
+    if (!q.inDevice && !q.outDevice) {
+      calls.push_back(q);
+      LOOM_ASSIGN(Decision d, comm_->decide(shapeOf(q.args, comm_->nranks(), grouped)));
+      calls.back().algorithm = d.algorithm;
+      continue;
+    }
+    CallShape shape = shapeOf(q.args, comm_->nranks(), grouped);
+    if (q.inDevice) shape.sendKind = MemKind::kCudaDevice;
+    if (q.outDevice) shape.recvKind = MemKind::kCudaDevice;
+    LOOM_ASSIGN(Decision d, comm_->decide(shape));
+    calls.push_back(q);
+    calls.back().algorithm = d.algorithm;
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    LOOM_INFO(kSubNet,
+              "rank {}: calls on device memory run on the schedule, the network reading and "
+              "writing the device buffers (GPUDirect RDMA)",
+              comm_->rank());
+  });
+  return executeOps(calls);
 }
 
 }  // namespace loom

@@ -19,7 +19,9 @@
 // back proceed at once (two streams: the copy engines of both directions). Where every rank
 // shares the host, on one GPU or GPUs that reach each other peer to peer, one call at a time skips
 // the staging: the one pass over the peers' device buffers (src/runtime/device_one_pass.h).
-// GPUs without peer access, GPUDirect RDMA and groups are staged for now (groups whole).
+// Between hosts with GPUDirect RDMA (Comm::deviceSchedule) calls run on the schedule itself, the
+// network reading and writing the device buffers (runOnSchedule). The rest is staged (groups
+// whole).
 //
 // Threads: once a communicator has a runner, every call on it runs on the runner thread (the
 // calling thread waits for a call without a stream), so one thread drives the communicator as the
@@ -56,6 +58,13 @@ class DeviceRunner {
   DeviceRunner& operator=(const DeviceRunner&) = delete;
 
   int device() const { return device_; }
+  // Loom's own stream on the device (the staging copies, the one pass, the executor's device
+  // work on the schedule path).
+  cuda::CUstream workStream() const { return stream_; }
+  // Device memory for the executor's scratch and staging on the schedule path (runner thread):
+  // grown as needed; what it outgrows is kept until the runner goes (cuMemFree waits for the whole
+  // device, which may be waiting for this very call).
+  Result<char*> deviceScratch(size_t bytes);
 
   struct Job;
   // Queues calls (one call, or a group's calls on this communicator) in issue order, with the
@@ -108,6 +117,9 @@ class DeviceRunner {
   DeviceRunner(Comm* comm, int device) : comm_(comm), device_(device) {}
   void loop();
   Status run(Job& job);
+  // The calls of a job on device memory straight on the schedule path (GPUDirect RDMA: the
+  // network reads and writes the device buffers; Comm::deviceSchedule).
+  Status runOnSchedule(const Job& job);
   // A call whose plan is pipelined (plan.chunks >= 2), through the slots at host.
   Status runPipelined(const QueuedOp& call, const StagePlan& plan, char* host);
   // Pinned host memory for a job's staging (job->staging), grown as needed and reused, on the
@@ -133,7 +145,10 @@ class DeviceRunner {
   std::unique_ptr<DeviceOnePass> onePass_;
   char* pinned_ = nullptr;  // the staging buffer new jobs get (reserveStaging)
   size_t pinnedBytes_ = 0;
-  std::vector<char*> outgrown_;  // earlier staging buffers, freed with the runner
+  std::vector<char*> outgrown_;    // earlier staging buffers, freed with the runner
+  cuda::CUdeviceptr scratch_ = 0;  // deviceScratch's
+  size_t scratchBytes_ = 0;
+  std::vector<cuda::CUdeviceptr> outgrownScratch_;
   uint64_t nextSeq_ = 0;
 
   std::mutex mu_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 
 #include "src/core/clock.h"
 #include "src/core/dtype.h"
@@ -15,6 +16,8 @@
 #include "src/core/process.h"
 #include "src/reduce/reduce.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/device_ops.h"
+#include "src/runtime/device_runner.h"
 
 namespace loom {
 
@@ -156,6 +159,9 @@ struct Run {
   std::vector<const Run*> blockers;
   char* stagedDst = nullptr;
   bool deferred = false;
+  // Its buffers are CUDA device memory (a schedule over GPUDirect RDMA): local copies and
+  // reductions run on the device (DeviceOps), its scratch and staging are device memory.
+  bool device = false;
 
   char* ptr(const BufRef& r) const { return base[static_cast<int>(r.buf)] + r.offset * elemSize; }
 };
@@ -241,7 +247,8 @@ class Executor {
           if (!cr.finished) finishWithError(cr, timeoutError(cr, timeoutMs));
         break;
       }
-      if (now - lastProgress >= spinNs) {
+      // While the device works, look again soon: no transport wakes a sleep for it.
+      if (now - lastProgress >= spinNs && (!dev_ || dev_->idle())) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;
           Status remote = cr.comm->pollRemoteFailure();
@@ -286,6 +293,13 @@ class Executor {
                   r.comm->schedules().get(r.args, r.comm->rank(), r.comm->nranks(),
                                           r.comm->rankLayout(), ops_[i].algorithm, pieceBytes));
       r.tag = opTag(r.args, r.sched->algorithm, layoutHash(r.sched->args));
+      r.device = ops_[i].inDevice || ops_[i].outDevice;
+      if (r.device && !dev_) {
+        DeviceRunner* runner = r.comm->runner();
+        if (!runner)
+          return LOOM_ERROR(kInternal, "a schedule on device memory without a device runner");
+        dev_ = std::make_unique<DeviceOps>(runner->workStream());
+      }
     }
     for (auto& r : runs_) {
       if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
@@ -295,16 +309,24 @@ class Executor {
             rangesOverlap(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
           r.blockers.push_back(&s);
     }
-    for (auto& r : runs_) scratchNeed[commIndex[r.comm]] += scratchBytesOf(r);
-    std::vector<size_t> scratchUsed(commRuns_.size(), 0);
-    std::vector<char*> scratchBase(commRuns_.size());
-    for (size_t c = 0; c < commRuns_.size(); ++c)
+    // Host runs share the communicator's host scratch, device runs its runner's device scratch.
+    std::vector<size_t> devNeed(commRuns_.size(), 0);
+    for (auto& r : runs_)
+      (r.device ? devNeed : scratchNeed)[commIndex[r.comm]] += scratchBytesOf(r);
+    std::vector<size_t> scratchUsed(commRuns_.size(), 0), devUsed(commRuns_.size(), 0);
+    std::vector<char*> scratchBase(commRuns_.size()), devBase(commRuns_.size(), nullptr);
+    for (size_t c = 0; c < commRuns_.size(); ++c) {
       scratchBase[c] = scratchNeed[c] ? commRuns_[c].comm->scratch(scratchNeed[c]) : nullptr;
+      if (devNeed[c]) {
+        LOOM_ASSIGN(devBase[c], commRuns_[c].comm->runner()->deviceScratch(devNeed[c]));
+      }
+    }
     for (auto& r : runs_) {
       size_t c = commIndex[r.comm];
-      char* mem = scratchBase[c] + scratchUsed[c];
-      scratchUsed[c] += scratchBytesOf(r);
-      bind(r, mem);
+      std::vector<size_t>& used = r.device ? devUsed : scratchUsed;
+      char* mem = (r.device ? devBase[c] : scratchBase[c]) + used[c];
+      used[c] += scratchBytesOf(r);
+      LOOM_TRY(bind(r, mem));
       CommRun& cr = commRuns_[c];
       size_t n = r.sched->lowered.pieces.size();
       r.remaining = r.sched->depCount;
@@ -340,7 +362,7 @@ class Executor {
     return bytes;
   }
 
-  void bind(Run& r, char* mem) {
+  Status bind(Run& r, char* mem) {
     const auto& lw = r.sched->lowered;
     r.base[static_cast<int>(BufKind::kInput)] =
         const_cast<char*>(static_cast<const char*>(r.args.sendbuff));
@@ -355,13 +377,18 @@ class Executor {
     }
     if (!r.args.sendbuff && r.sched->touchesInput) {
       r.base[static_cast<int>(BufKind::kInput)] = mem;
-      std::memset(mem, 0, r.sched->layout.inputCount * r.elemSize);
+      const size_t bytes = r.sched->layout.inputCount * r.elemSize;
+      if (r.device)
+        LOOM_TRY(dev_->zeroNow(mem, bytes));
+      else
+        std::memset(mem, 0, bytes);
       mem += align64(r.sched->layout.inputCount * r.elemSize);
     }
     if (!r.blockers.empty()) {
       r.stagedDst = r.base[static_cast<int>(BufKind::kOutput)];
       r.base[static_cast<int>(BufKind::kOutput)] = mem;
     }
+    return Status();
   }
 
   // One pass over a communicator: post what can be posted, run local pieces, test requests.
@@ -393,7 +420,7 @@ class Executor {
           LOOM_ASSIGN(void* rc, comm->connections().recvConn(s.peer, s.channel));
           if (!rc) break;
           Status st;
-          if (s.kind == StepKind::kRecvReduce && t->supportsRecvReduce()) {
+          if (s.kind == StepKind::kRecvReduce && !run->device && t->supportsRecvReduce()) {
             fused = true;
             st = t->irecvReduce(rc, run->ptr(s.dst), run->ptr(s.src), bytes, run->tag,
                                 run->args.dtype, run->args.op, &req);
@@ -419,14 +446,21 @@ class Executor {
         uint32_t p = r.readyLocal.back();
         r.readyLocal.pop_back();
         const Step& s = r.sched->lowered.pieces[p].step;
+        const loomRedOp_t op = r.args.op == loomAvg ? loomSum : r.args.op;
+        *progressed = true;
+        if (r.device) {  // completes when the device has done it (pollDevice)
+          LOOM_TRY(s.kind == StepKind::kCopy
+                       ? dev_->copy(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize, token(r, p))
+                       : dev_->reduce(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count,
+                                      r.args.dtype, op, token(r, p)));
+          continue;
+        }
         if (s.kind == StepKind::kCopy) {
           std::memmove(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize);
         } else {
-          reduceBuffers(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count, r.args.dtype,
-                        r.args.op == loomAvg ? loomSum : r.args.op);
+          reduceBuffers(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count, r.args.dtype, op);
         }
         complete(r, p);
-        *progressed = true;
       }
     }
     // Test requests in flight.
@@ -456,14 +490,39 @@ class Executor {
                             "{}: {} sent {} bytes where this rank expected {}: the ranks called "
                             "with different counts or datatypes",
                             collName(r.args.coll), comm->describe(s.peer), got, want);
-        if (s.kind == StepKind::kRecvReduce && !fusedDone)
-          reduceBuffers(r.ptr(s.dst), r.ptr(s.src), r.staging + pc.stagingOffset * r.elemSize,
-                        s.count, r.args.dtype, r.args.op == loomAvg ? loomSum : r.args.op);
+        if (s.kind == StepKind::kRecvReduce && !fusedDone) {
+          const loomRedOp_t op = r.args.op == loomAvg ? loomSum : r.args.op;
+          char* staged = r.staging + pc.stagingOffset * r.elemSize;
+          if (r.device) {  // completes when the device has reduced it (pollDevice)
+            LOOM_TRY(dev_->reduce(r.ptr(s.dst), r.ptr(s.src), staged, s.count, r.args.dtype, op,
+                                  token(r, p)));
+            *progressed = true;
+            continue;
+          }
+          reduceBuffers(r.ptr(s.dst), r.ptr(s.src), staged, s.count, r.args.dtype, op);
+        }
       }
       complete(r, p);
       *progressed = true;
     }
+    if (dev_) LOOM_TRY(pollDevice(progressed));
     if (cr.pendingRuns == 0 && cr.inflight.empty()) cr.finished = true;
+    return Status();
+  }
+
+  // A device operation's token: the run's index and the piece.
+  uint64_t token(const Run& r, uint32_t p) const {
+    return static_cast<uint64_t>(&r - runs_.data()) << 32 | p;
+  }
+
+  // Completes the pieces whose device work is done.
+  Status pollDevice(bool* progressed) {
+    devDone_.clear();
+    LOOM_TRY(dev_->poll(&devDone_));
+    for (uint64_t t : devDone_) {
+      complete(runs_[static_cast<size_t>(t >> 32)], static_cast<uint32_t>(t));
+      *progressed = true;
+    }
     return Status();
   }
 
@@ -484,8 +543,12 @@ class Executor {
           r.deferred = true;
           return;
         }
-      std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
-                  r.args.count * r.elemSize);
+      if (r.device)
+        noteDeviceError(r, dev_->copyNow(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
+                                         r.args.count * r.elemSize));
+      else
+        std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
+                    r.args.count * r.elemSize);
       r.deferred = false;
     }
     r.finished = true;
@@ -493,8 +556,12 @@ class Executor {
       if (collReduces(r.args.coll) &&
           collUsesOutput(r.args.coll, r.comm->rank(), r.args.root, r.args.isSend)) {
         size_t n = r.sched->layout.outputCount;
-        finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype,
-                      r.comm->nranks());
+        if (r.device)
+          noteDeviceError(r, dev_->divideNow(r.base[static_cast<int>(BufKind::kOutput)], n,
+                                             r.args.dtype, r.comm->nranks()));
+        else
+          finishAverage(r.base[static_cast<int>(BufKind::kOutput)], n, r.args.dtype,
+                        r.comm->nranks());
       }
     }
     for (auto& cr : commRuns_)
@@ -504,6 +571,13 @@ class Executor {
       }
     for (auto& d : runs_)
       if (d.deferred) finishRun(d);
+  }
+
+  // A device operation of a finishing run failed: its communicator fails with it.
+  void noteDeviceError(const Run& r, const Status& st) {
+    if (st.isOk()) return;
+    for (auto& cr : commRuns_)
+      if (cr.comm == r.comm && cr.error.isOk()) finishWithError(cr, st);
   }
 
   Status peerError(const Run& r, uint32_t p, const Status& st) {
@@ -588,6 +662,8 @@ class Executor {
   const std::vector<QueuedOp>& ops_;
   std::vector<Run> runs_;
   std::vector<CommRun> commRuns_;
+  std::unique_ptr<DeviceOps> dev_;  // made when a run is on device memory
+  std::vector<uint64_t> devDone_;
 };
 
 }  // namespace

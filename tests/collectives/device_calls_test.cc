@@ -502,6 +502,34 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
   }
 }
 
+// Ranks of different hosts (no shared memory) over the emulated InfiniBand device with GPUDirect
+// RDMA (dma-buf): calls on device memory run on the schedule, the network reading and writing the
+// device buffers and Loom's kernels reducing what arrives (the emulator counts them); with
+// LOOM_DEVICE_GDR=0 the same calls are staged through the host (no kernel). Every value checked.
+TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
+  SKIP_WITHOUT_CUDA();
+#ifndef LOOMTEST_FAKEVERBS_LIB
+  GTEST_SKIP() << "needs the emulated verbs device (built with the tests)";
+#else
+  if (!driverSymbol("loomtest_fakecuda_count"))
+    GTEST_SKIP() << "needs the emulated device's counters; the driver is "
+                 << cuda::cudaDriver().library;
+  // In worker processes: the network a process selects stays its own (the tests before this one
+  // chose sockets in this process).
+  for (const char* gdr : {"1", "0"}) {
+    WorkerResult res = runWorkers(3, "devgdr",
+                                  {{"LOOM_NET", "ib"},
+                                   {"LOOM_IBVERBS_LIB", LOOMTEST_FAKEVERBS_LIB},
+                                   {"LOOM_SHM_DISABLE", "1"},
+                                   {"LOOM_NET_GDR_LEVEL", "SYS"},
+                                   {"LOOM_DEVICE_GDR", gdr}});
+    for (int r = 0; r < 3; ++r)
+      EXPECT_TRUE(res.exitedWith(r, 0))
+          << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.describe(r);
+  }
+#endif
+}
+
 // Ranks as threads: the one pass reaches the other threads' device buffers by address (no IPC),
 // in place and out of place.
 TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
@@ -749,6 +777,20 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     fprintf(stderr, "rank 0: cuStreamSynchronize %d, async %s\n", sync, loomGetErrorString(async));
     if (async == loomSuccess) return 5;
     return failedNaming("async error", "ILLEGAL_ADDRESS");
+  }
+  if (mode == "devgdr") {
+    // GpuDirectScheduleOverInfiniBandAndStagedWhenOff: kernels reduce what the network wrote into
+    // device memory (GPUDirect), or none run (staged).
+    const bool gdr = getenv("LOOM_DEVICE_GDR") && atoi(getenv("LOOM_DEVICE_GDR")) != 0;
+    const long long launches0 = fakeCount("kernel_launches");
+    const std::string err = allReduceOnDevice(rank, n, comm, 0, 100003);
+    if (!err.empty()) {
+      fprintf(stderr, "rank %d: %s\n", rank, err.c_str());
+      return 1;
+    }
+    const long long launches = fakeCount("kernel_launches") - launches0;
+    fprintf(stderr, "rank %d: LOOM_DEVICE_GDR=%d, kernel_launches +%lld\n", rank, gdr, launches);
+    return (gdr ? launches > 0 : launches == 0) ? 0 : 6;
   }
   if (mode == "devonepass") {
     // 1 Mi floats per rank, out of place then in place; every element checked. With

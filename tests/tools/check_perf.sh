@@ -1,14 +1,19 @@
 #!/bin/sh
 # Runs a command and checks its exit status and output (ctest's PASS_REGULAR_EXPRESSION alone
 # ignores the exit status).
-#   check_perf.sh [--ok|--fail] [--expect REGEX]... [--file PATH REGEX]... -- command args...
+#   check_perf.sh [--ok|--fail|--status N] [--expect REGEX]... [--absent REGEX]...
+#                 [--file PATH REGEX]... -- command args...
 want=ok
 expects=""
+absents=""
 files=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ok) want=ok ;;
     --fail) want=fail ;;
+    --status) want=$2; shift ;;
+    --absent) absents="$absents
+$2"; shift ;;
     --expect) expects="$expects
 $2"; shift ;;
     --file) files="$files
@@ -30,9 +35,19 @@ if [ "$want" = fail ] && [ $rc -eq 0 ]; then
   echo "check_perf.sh: exit status 0, expected a failure"
   status=1
 fi
+if [ "$want" != ok ] && [ "$want" != fail ] && [ $rc -ne "$want" ]; then
+  echo "check_perf.sh: exit status $rc, expected $want"
+  status=1
+fi
 old_ifs=$IFS
 IFS='
 '
+for re in $absents; do
+  if printf '%s\n' "$out" | grep -Eq -- "$re"; then
+    echo "check_perf.sh: output has /$re/"
+    status=1
+  fi
+done
 for re in $expects; do
   if ! printf '%s\n' "$out" | grep -Eq -- "$re"; then
     echo "check_perf.sh: output lacks /$re/"

@@ -119,6 +119,15 @@ bool launchedByEnvironment() {
 
 bool isSpawnedRank() { return std::getenv(kEnvRank) != nullptr; }
 
+bool mayHoldRankZero() {
+  for (const char* name :
+       {kEnvRank, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) return std::strcmp(v, "0") == 0;
+  }
+  return true;
+}
+
 int spawnRanks(const Options& opts, int argc, char** argv) {
   loomUniqueId id;
   loomResult_t res = loomGetUniqueId(&id);

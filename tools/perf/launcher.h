@@ -14,6 +14,9 @@ namespace perf {
 
 // True in a rank that spawnRanks started.
 bool isSpawnedRank();
+// Whether this process may hold rank 0 (the one that writes -J's file): not a spawned rank or a
+// launcher's process (Open MPI, MPICH/PMI, Slurm, torchrun) of another number.
+bool mayHoldRankZero();
 
 // Runs argv again as ranks 0..np-1 (with -np removed) and waits for them. When one fails, the
 // others get the Loom deadline plus a few seconds to fail too, then are killed, so a failure never

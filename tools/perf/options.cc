@@ -1,5 +1,7 @@
 #include "tools/perf/options.h"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdint>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "loom/loom.h"
 #include "src/core/dtype.h"
 #include "src/core/params.h"
 
@@ -139,6 +142,10 @@ int parseOptions(int argc, char** argv, Options* opts) {
   CLI::App app{"loom-perf: collective performance tests with nccl-tests' options and output",
                hasPersonality ? std::string(collTestName(fixed)) + "_perf" : "loom-perf"};
   app.set_help_flag("-h,--help", "Print this help and exit");
+  app.set_version_flag(
+      "--version", fmt::format("{} {}.{}.{}", app.get_name(), LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH));
+  // A repeated option takes its last value, as nccl-tests' getopt does.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string collText, minText = "32M", maxText = "32M", stepText = "1M";
   std::string opText = "sum", typeText = "float", rootText = "0";
   int stepFactor = 1, parallelInit = 0, cudaGraph = 0, cpuTime = 0;
@@ -206,9 +213,12 @@ int parseOptions(int argc, char** argv, Options* opts) {
 
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // Prints the help, or the error with a hint; every usage error exits 2.
-    return app.exit(e) == 0 ? 0 : 2;
+    return usageError(e.what());  // every usage error exits 2, its message named
   }
   if (opts->printParams) {
     std::fputs(formatParams().c_str(), stdout);

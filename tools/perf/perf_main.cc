@@ -3,8 +3,13 @@
 //   mpirun -np 16 loom-perf all_gather -b 1M -e 1G -f 2 -J out.json
 //   loom-perf all_reduce -g 2 -t 2 --mem device  (4 ranks: 2 threads of 2 GPUs each)
 //   loom-perf --params
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -16,8 +21,27 @@
 int main(int argc, char** argv) {
   using namespace loom::perf;
   Options opts;
+  // A rank spawned by -np runs /proc/self/exe, which the kernel names "exe": give it the
+  // program's name back for ps, top and pgrep.
+  if (isSpawnedRank()) {
+    const char* slash = std::strrchr(argv[0], '/');
+    prctl(PR_SET_NAME, slash ? slash + 1 : argv[0]);
+  }
   int rc = parseOptions(argc, argv, &opts);
   if (rc >= 0) return rc;
+  // -J: a file rank 0 cannot write fails now, not after the whole sweep.
+  if (!opts.jsonFile.empty() && mayHoldRankZero()) {
+    struct stat st;
+    const bool existed = ::stat(opts.jsonFile.c_str(), &st) == 0;
+    std::FILE* f = std::fopen(opts.jsonFile.c_str(), "a");
+    if (!f) {
+      std::fprintf(stderr, "loom-perf: -J %s: cannot write it: %s\n", opts.jsonFile.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
+    }
+    std::fclose(f);
+    if (!existed) std::remove(opts.jsonFile.c_str());
+  }
 
   if (opts.np > 0 && !isSpawnedRank()) return spawnRanks(opts, argc, argv);
 

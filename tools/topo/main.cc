@@ -4,6 +4,8 @@
 //   loom-topo                          this machine
 //   loom-topo --load p5.xml            any NCCL topology file, without the machine
 //   loom-topo --json | --xml [FILE] | --dot [FILE] | --svg FILE | --params
+#include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/loom.h"
 #include "src/core/params.h"
 #include "tools/topo/report.h"
 #include "topology/discover.h"
@@ -25,6 +28,7 @@
 namespace {
 
 constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
 
 bool writeOut(const std::string& path, const std::string& text, const char* what) {
   if (path.empty() || path == "-") {
@@ -59,6 +63,17 @@ bool inPath(const std::string& prog) {
 
 // Runs Graphviz's dot with the graph on its standard input; no shell involved.
 bool renderSvg(const std::string& dotText, const std::string& out) {
+  // A path that cannot be written is one clear error, not dot's and then ours.
+  struct stat st;
+  const bool existed = ::stat(out.c_str(), &st) == 0;
+  if (std::FILE* f = std::fopen(out.c_str(), "a")) {
+    std::fclose(f);
+    if (!existed) std::remove(out.c_str());
+  } else {
+    std::fprintf(stderr, "loom-topo: --svg %s: cannot write it: %s\n", out.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
   if (!inPath("dot")) {
     std::fprintf(stderr,
                  "loom-topo: --svg needs Graphviz's `dot`, which is not in PATH (install graphviz, "
@@ -110,6 +125,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "loom-topo: the topology Loom discovers on this machine (or reads from an NCCL topology "
       "file): CPUs, NUMA, PCI, NICs, GPUs, NVLink, path types, GPU-NIC affinity"};
+  app.set_version_flag("--version",
+                       fmt::format("loom-topo {}.{}.{}", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH));
+  // A repeated option takes its last value, as loom-perf's and nccl-tests' do.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string load, xmlOut, dotOut, svgOut;
   bool json = false, params = false;
   app.add_option("--load", load,
@@ -127,8 +146,13 @@ int main(int argc, char** argv) {
   app.add_flag("--params", params, "Print every LOOM_* parameter with its value and exit");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom-topo: %s\nRun with --help for more information.\n", e.what());
+    return kExitUsage;  // as loom-perf's usage errors
   }
   if (params) {
     std::fputs(loom::formatParams().c_str(), stdout);

@@ -50,11 +50,26 @@ bool isGpuPointer(const void* data) {
 std::string gpuPciPath(const void* data) {
   const cuda::Driver& d = driver();
   if (!d.ok()) return std::string();
-  int ordinal = -1, dev = -1;
+  int ordinal = -1;
   if (d.api.cuPointerGetAttribute(&ordinal, cuda::kPointerAttrDeviceOrdinal,
-                                  reinterpret_cast<CUdeviceptr>(data)) != cuda::kSuccess ||
-      d.api.cuDeviceGet(&dev, ordinal) != cuda::kSuccess)
+                                  reinterpret_cast<CUdeviceptr>(data)) != cuda::kSuccess)
     return std::string();
+  return gpuPciPathOf(ordinal);
+}
+
+bool gdrReachesEveryGpu(const std::string& nicPath) {
+  const cuda::Driver& d = driver();
+  int count = 0;
+  if (!d.ok() || d.api.cuDeviceGetCount(&count) != cuda::kSuccess || count == 0) return false;
+  for (int i = 0; i < count; ++i)
+    if (pciDistance(gpuPciPathOf(i), nicPath) > gdrLevelParam()) return false;
+  return true;
+}
+
+std::string gpuPciPathOf(int ordinal) {
+  const cuda::Driver& d = driver();
+  int dev = -1;
+  if (!d.ok() || d.api.cuDeviceGet(&dev, ordinal) != cuda::kSuccess) return std::string();
   char bus[64] = {};
   if (d.api.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != cuda::kSuccess) return std::string();
   for (char* p = bus; *p; ++p) *p = static_cast<char>(tolower(*p));

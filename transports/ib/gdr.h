@@ -40,8 +40,13 @@ Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintp
                  size_t* length);
 // Whether data points to GPU memory (false when there is no CUDA driver).
 bool isGpuPointer(const void* data);
-// The sysfs path of the PCI device of the GPU owning data (empty when unknown).
+// The sysfs path of the PCI device of the GPU owning data, or of CUDA device `ordinal` (empty when
+// unknown).
 std::string gpuPciPath(const void* data);
+std::string gpuPciPathOf(int ordinal);
+// Whether every GPU the CUDA driver lists is within LOOM_NET_GDR_LEVEL of the NIC at sysfs path
+// nicPath (the registrations of GPU memory check the same per buffer); false without a GPU.
+bool gdrReachesEveryGpu(const std::string& nicPath);
 
 // PCI distance between two sysfs device paths in NCCL_NET_GDR_LEVEL's terms:
 // 0 LOC (same device), 1 PIX (one bridge between), 2 PXB (several bridges, no CPU), 3 PHB (same

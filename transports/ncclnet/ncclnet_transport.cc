@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "src/core/log.h"
+#include "src/device/device_memory.h"
 #include "transports/ncclnet/nccl_result.h"
 #include "transports/ncclnet/plugin_abi.h"
 
@@ -441,13 +442,19 @@ class PluginTransport final : public net::Transport {
     return r;
   }
 
-  // Registers *data for the life of r when the caller gave no mhandle (*mh null).
+  // Registers *data for the life of r when the caller gave no mhandle (*mh null): CUDA device
+  // memory as NCCL_PTR_CUDA (the plugin's GPUDirect RDMA; a plugin without it refuses), anything
+  // else as host memory.
   Status autoRegister(Request* r, void** data, size_t size, void** mh) {
     if (*mh != nullptr) return Status();
     if (size == 0) *data = &gZeroByte;
     void* h = nullptr;
-    LOOM_TRY(call("regMr", abi_->regMr(r->comm->plugin, *data, std::max<size_t>(size, 1),
-                                       ncclabi::NCCL_PTR_HOST, &h)));
+    const int type =
+        size && device::cudaUsable() && device::classify(*data).kind == MemKind::kCudaDevice
+            ? ncclabi::NCCL_PTR_CUDA
+            : ncclabi::NCCL_PTR_HOST;
+    LOOM_TRY(
+        call("regMr", abi_->regMr(r->comm->plugin, *data, std::max<size_t>(size, 1), type, &h)));
     r->autoMh[r->nAuto++] = h;
     *mh = h;
     return Status();
