@@ -120,9 +120,10 @@ Result<DeviceSpeeds> measure(int device) {
   d.peerBytesPerSec = peerRate(device);
   LOOM_INFO(kSubPlan,
             "CUDA device {} speeds: to host {:.1f} GB/s, to device {:.1f} GB/s, device copy "
-            "{:.1f} GB/s, float32 sum kernel {:.1f} GB/s, an operation {:.1f} us",
+            "{:.1f} GB/s, float32 sum kernel {:.1f} GB/s, an operation {:.1f} us, from a peer GPU "
+            "{:.1f} GB/s (0: none)",
             device, d.toHostBytesPerSec / 1e9, d.toDeviceBytesPerSec / 1e9, d.copyBytesPerSec / 1e9,
-            d.reduceBytesPerSec / 1e9, d.launchSec * 1e6);
+            d.reduceBytesPerSec / 1e9, d.launchSec * 1e6, d.peerBytesPerSec / 1e9);
   return d;
 }
 

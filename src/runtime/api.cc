@@ -535,7 +535,7 @@ loomResult_t loomCommPlanInfoDevice(loomComm_t comm, loomCollective_t coll, size
     LOOM_ASSIGN(DevicePlan p, planDeviceCall(cm, host, speeds.value()));
     copyName(info->path, sizeof(info->path), p.path);
     copyName(info->algorithm, sizeof(info->algorithm), p.algorithm);
-    copyName(info->source, sizeof(info->source), p.source);
+    copyName(info->source, sizeof(info->source), "model");
     info->predictedUs = p.seconds < 0 ? -1 : p.seconds * 1e6;
     const struct {
       const char* name;

@@ -341,6 +341,7 @@ void Comm::computeLocality() {
   yieldWhenIdle_ = localRanks_ > usableCpus();
   spinNs_ =
       params::kSpinUs.isSet() ? std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000 : 100 * 1000;
+  deviceSchedule_ = findDeviceSchedule();
 }
 
 std::string Comm::describe(int r) const {
@@ -504,7 +505,7 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
 
 bool Comm::allLocal() const { return shm_ && shm_->area().nlocal() == nranks_; }
 
-bool Comm::deviceSchedule() const {
+bool Comm::findDeviceSchedule() const {
   if (nranks_ < 2) return false;
   std::map<std::string, int> perHost;
   bool shm = false;
@@ -534,7 +535,8 @@ Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
   f.directMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kShmDirectMax.asInt()));
   f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
   f.filter = factsFilter_.get();
-  // The executor copies and reduces with the CPU: host memory, whatever the transports take.
+  // What the transports take, within what the executor copies and reduces: host memory with the
+  // CPU, device memory with the device where every rank can (deviceSchedule).
   f.scheduleKinds =
       connections_.acceptedKinds() &
       (kHostKinds | (deviceSchedule() ? memKindBit(MemKind::kCudaDevice) : MemKindSet{0}));

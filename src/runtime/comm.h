@@ -168,8 +168,9 @@ class Comm {
   // Calls on device memory run on the schedule with the network reading and writing the device
   // buffers (GPUDirect RDMA), not staged: every rank's network takes device memory
   // (PeerInfo::kPeerNetCuda) and no two ranks of a host talk through shared memory (which does
-  // not). The same answer on every rank: it reads what every rank published at init.
-  bool deviceSchedule() const;
+  // not). The same answer on every rank: it reads what every rank published at init (found once,
+  // with the locality).
+  bool deviceSchedule() const { return deviceSchedule_; }
   // Waits until the runner (if any) has finished every call queued on it: the calling thread may
   // then use the communicator's state.
   Status quiesce();
@@ -205,6 +206,7 @@ class Comm {
   Comm() = default;
   Status initNet(const loomConfig_t* config);
   void computeLocality();
+  bool findDeviceSchedule() const;  // deviceSchedule's answer, from peers_
   // Builds system_ from every rank's PeerInfo::topo.
   Status buildSystem();
   // Collective over all ranks (every rank calls it, whatever its host): sets up shared memory
@@ -225,6 +227,7 @@ class Comm {
   topo::SystemTopo system_;
   std::shared_ptr<const RankLayout> rankLayout_;
   int splitCount_ = 0;
+  bool deviceSchedule_ = false;  // deviceSchedule()
   int localRanks_ = 1;
   int64_t spinNs_ = 0;
   bool yieldWhenIdle_ = false;

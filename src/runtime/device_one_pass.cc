@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -14,6 +13,7 @@
 #include "src/core/hash.h"
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/core/text.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
 #include "topology/paths.h"
@@ -129,15 +129,6 @@ Result<cuda::CUdeviceptr> DeviceOnePass::open(uint32_t pid, const cuda::CUipcMem
   return base;
 }
 
-namespace {
-
-std::string lowerCase(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-}  // namespace
-
 bool DeviceOnePass::peerAllowed(cuda::CUdevice peer, const std::string& peerBus) {
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   int can = 0;
@@ -148,7 +139,7 @@ bool DeviceOnePass::peerAllowed(cuda::CUdevice peer, const std::string& peerBus)
   // through the CPUs' interconnect).
   const topo::Graph& graph = localTopology();
   if (!paths_) paths_ = std::make_unique<topo::Paths>(topo::Paths::compute(graph));
-  const int a = graph.findByBusId(lowerCase(bus_)), b = graph.findByBusId(lowerCase(peerBus));
+  const int a = graph.findByBusId(asciiLower(bus_)), b = graph.findByBusId(asciiLower(peerBus));
   return a < 0 || b < 0 || paths_->p2pAllowed(a, b);
 }
 

@@ -134,7 +134,6 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
   const size_t chunkBytes =
       static_cast<size_t>(std::max<int64_t>(0, params::kDeviceStageChunk.asInt()));
   if (DeviceRunner::pipelineOf(q, n, chunkBytes, &sp2)) {
-    p.chunks = sp2.chunks;
     CallShape chunk = call;
     chunk.count = sp2.chunkElems;
     LOOM_ASSIGN(double h, hostSeconds(cm, chunk, nullptr));
@@ -146,30 +145,19 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
     p.pipelinedSec = ci + h + co + (k - 1) * std::max({ci, h, co});
   }
 
-  // The one pass.
+  // The one pass, where it can run: LOOM_DEVICE_ONE_PASS, ranks of this host only, a collective
+  // it takes; one GPU, or GPUs that reach each other (LOOM_DEVICE_P2P; not priced without the
+  // measured speed between them).
   int gpus = 0;
   const cuda::Driver& drv = cuda::cudaDriver();
   if (drv.ok()) drv.api.cuDeviceGetCount(&gpus);
   const double alpha = cm->planner() ? cm->planner()->machine().intra.alphaSec : 0;
-  if (!params::kDeviceOnePass.asBool())
-    p.onePassWhy = "off (LOOM_DEVICE_ONE_PASS=0)";
-  else if (n < 2)
-    p.onePassWhy = "one rank";
-  else if (!cm->allLocal())
-    p.onePassWhy = "the ranks span hosts";
-  else if (n > devk::kMaxReduceInputs)
-    p.onePassWhy = fmt::format("more than {} ranks", devk::kMaxReduceInputs);
-  else if (call.coll == CollKind::kAllToAll && call.inPlace)
-    p.onePassWhy = "an AllToAll in place";
-  else if (gpus == 1)
+  const bool onePass = params::kDeviceOnePass.asBool() && n >= 2 && cm->allLocal() &&
+                       n <= devk::kMaxReduceInputs &&
+                       !(call.coll == CollKind::kAllToAll && call.inPlace);
+  if (onePass && gpus == 1)
     p.onePassSec = deviceOnePassSeconds(call, n, sp, alpha);
-  else if (!params::kDeviceP2p.asBool())
-    p.onePassWhy = "peer to peer between GPUs is off (LOOM_DEVICE_P2P=0)";
-  else if (!peersReachAll(std::min(n, gpus)))
-    p.onePassWhy = "some of this host's GPUs do not reach each other peer to peer";
-  else if (sp.peerBytesPerSec <= 0)
-    p.onePassWhy = "the speed between GPUs was not measured";
-  else
+  else if (onePass && params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus)))
     p.onePassSec = devicePeerOnePassSeconds(call, n, sp, alpha);
 
   if (cm->deviceSchedule()) {

@@ -31,18 +31,15 @@ namespace loom {
 class Comm;
 
 struct DevicePlan {
-  std::string path;       // "device-gdr", "device-one-pass", "device-pipelined" or "device-staged"
-  std::string algorithm;  // "direct" on the one pass; else the host schedule's (the whole call's)
-  const char* source = "model";
+  std::string path;        // "device-gdr", "device-one-pass", "device-pipelined" or "device-staged"
+  std::string algorithm;   // "direct" on the one pass; else the host schedule's (the whole call's)
   double seconds = -1;     // the chosen path's price
-  double onePassSec = -1;  // < 0: the one pass cannot run (onePassWhy says why)
-  std::string onePassWhy;
-  double wholeSec = -1;      // staged whole
+  double onePassSec = -1;  // < 0: the one pass cannot run, or is not priced
+  double wholeSec = -1;    // staged whole
   double pipelinedSec = -1;  // staged in chunks (< 0: the call is one chunk, or chunking is off)
   double gdrSec = -1;        // on the schedule with GPUDirect RDMA (Comm::deviceSchedule)
-  size_t chunks = 0;
-  double hostSec = -1;  // the host schedule of the whole call alone
-  Decision host;        // the host decision for the whole call
+  double hostSec = -1;       // the host schedule of the whole call alone
+  Decision host;             // the host decision for the whole call
 };
 
 // The plan of call (device buffers on every rank) on cm, priced with speeds.

@@ -96,8 +96,6 @@ bool DeviceRunner::pipelineOf(const QueuedOp& call, int n, size_t chunkBytes, St
   // Chunks of a whole number of kAlign-byte units per row, kMinRowChunk at least.
   const size_t rowBytes = std::max(kMinRowChunk, chunkBytes / rows) / kAlign * kAlign;
   p->chunkElems = std::max<size_t>(1, rowBytes / es);
-  p->rowElems = a.count;
-  p->block = a.count;
   p->chunks = (a.count + p->chunkElems - 1) / p->chunkElems;
   if (p->chunks < 2) {
     *p = StagePlan{};
@@ -460,7 +458,7 @@ Status DeviceRunner::runPipelined(const QueuedOp& call, const StagePlan& p, char
   const bool usesOut = collUsesOutput(a.coll, me, a.root, a.isSend) && a.recvbuff;
   auto slotIn = [&](size_t j) { return host + (j % kSlots) * (p.inSlot + p.outSlot); };
   auto slotOut = [&](size_t j) { return slotIn(j) + p.inSlot; };
-  auto elems = [&](size_t j) { return std::min(p.chunkElems, p.rowElems - j * p.chunkElems); };
+  auto elems = [&](size_t j) { return std::min(p.chunkElems, a.count - j * p.chunkElems); };
   // Chunk j of every row of the input to its slot (toHost), or from its slot to the output: by
   // the copy engines for device memory (Loom's stream in, backStream_ out, then the slot's
   // event), by the CPU for host memory.
@@ -472,7 +470,7 @@ Status DeviceRunner::runPipelined(const QueuedOp& call, const StagePlan& p, char
     const size_t bytes = elems(j) * es, off = j * p.chunkElems * es;
     cuda::CUstream s = toHost ? stream_ : backStream_;
     for (int r = 0; r < (toHost ? p.inRows : p.outRows); ++r) {
-      char* u = user + static_cast<size_t>(r) * p.block * es + off;
+      char* u = user + static_cast<size_t>(r) * a.count * es + off;
       char* h = slot + static_cast<size_t>(r) * bytes;
       if (!device) {
         std::memcpy(toHost ? h : u, toHost ? u : h, bytes);
@@ -547,12 +545,6 @@ Status DeviceRunner::runOnSchedule(const Job& job) {
   std::vector<QueuedOp> calls;
   const bool grouped = job.calls.size() > 1;
   for (const QueuedOp& q : job.calls) {
-    if (!q.inDevice && !q.outDevice) {
-      calls.push_back(q);
-      LOOM_ASSIGN(Decision d, comm_->decide(shapeOf(q.args, comm_->nranks(), grouped)));
-      calls.back().algorithm = d.algorithm;
-      continue;
-    }
     CallShape shape = shapeOf(q.args, comm_->nranks(), grouped);
     if (q.inDevice) shape.sendKind = MemKind::kCudaDevice;
     if (q.outDevice) shape.recvKind = MemKind::kCudaDevice;

@@ -86,13 +86,13 @@ class DeviceRunner {
   // Where a call's device buffers go in the pinned staging memory: in place, the whole buffer the
   // input lives in (it holds both); out of place, the input (read) and the output (written in
   // full). Pipelined (chunks >= 2): chunk j of every row (the input has inRows rows, the output
-  // outRows, `block` elements apart: 1 row for AllReduce, Broadcast and Reduce, nranks rows for
-  // the AllGather output, the ReduceScatter input and both AllToAll buffers) goes through slot
-  // j % kSlots, which holds the rows' chunks back to back (inSlot bytes, then outSlot bytes).
+  // outRows, each the call's count elements long: 1 row for AllReduce, Broadcast and Reduce, nranks
+  // rows for the AllGather output, the ReduceScatter input and both AllToAll buffers) goes through
+  // slot j % kSlots, which holds the rows' chunks back to back (inSlot bytes, then outSlot bytes).
   struct StagePlan {
     size_t inOff = 0, inBytes = 0, outOff = 0, outBytes = 0;
     bool stageIn = false, stageOut = false, whole = false;
-    size_t chunks = 0, chunkElems = 0, rowElems = 0, block = 0, inSlot = 0, outSlot = 0;
+    size_t chunks = 0, chunkElems = 0, inSlot = 0, outSlot = 0;
     int inRows = 1, outRows = 1;
   };
   static constexpr size_t kSlots = 3;  // chunk j+1 in, chunk j on the host, chunk j-1 out
