@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "algorithms/cost_formulas.h"
+
 namespace loom {
 
 namespace {
@@ -18,6 +20,18 @@ constexpr size_t kMaxPricedPiecesPerStep = 32;
 
 }  // namespace
 
+Result<double> priceAlgorithm(const AlgorithmInfo& algorithm, const CollArgs& args,
+                              const CostMachine& machine, size_t elemSize, size_t pieceBytes,
+                              bool* formulas) {
+  const size_t piece = std::max(pieceBytes, callBytes(args, elemSize) / kMaxPricedPiecesPerStep);
+  const bool closed = args.nranks > kSimulatedRanks && costFormulasApply(args, machine);
+  if (formulas) *formulas = closed;
+  if (closed) return formulaCost(algorithm.name, args, machine, elemSize, piece);
+  Schedule s = buildSchedule(algorithm, args);
+  LOOM_ASSIGN(CostEstimate e, estimateCost(s, machine, elemSize, piece));
+  return e.seconds;
+}
+
 Planner::Planner(CostMachine machine, std::shared_ptr<const RankLayout> layout, size_t pieceBytes)
     : machine_(std::move(machine)), layout_(std::move(layout)), pieceBytes_(pieceBytes) {}
 
@@ -25,7 +39,6 @@ Result<Plan> Planner::choose(CollArgs args, size_t elemSize, const AlgoFilter& f
   args.layout = layout_;
   Plan plan;
   const size_t bytes = callBytes(args, elemSize);
-  size_t pricePiece = std::max(pieceBytes_, bytes / kMaxPricedPiecesPerStep);
   double best = -1;
   for (const AlgorithmInfo& a : algorithms()) {
     if (a.coll != args.coll) continue;
@@ -34,9 +47,10 @@ Result<Plan> Planner::choose(CollArgs args, size_t elemSize, const AlgoFilter& f
     c.allowed = filter.allows(args.coll, a.name);
     c.seconds = -1;
     if (c.allowed) {
-      Schedule s = buildSchedule(a, args);
-      Result<CostEstimate> e = estimateCost(s, machine_, elemSize, pricePiece);
-      if (e.isOk()) c.seconds = e.value().seconds;
+      bool formulas = false;
+      Result<double> p = priceAlgorithm(a, args, machine_, elemSize, pieceBytes_, &formulas);
+      if (p.isOk()) c.seconds = p.value();
+      if (formulas) plan.pricing = "formulas";
       if (c.seconds >= 0 && (best < 0 || c.seconds < best)) {
         best = c.seconds;
         plan.algorithm = c.algorithm;

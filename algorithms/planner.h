@@ -31,6 +31,9 @@ struct Plan {
   // "model"; "filter" when the algorithm filter left the collective only this algorithm; "tuning"
   // when a measured entry decided.
   const char* source = "model";
+  // How the model priced the candidates: "simulation" (every piece of every rank, cost_model.h)
+  // or "formulas" (closed forms, cost_formulas.h, above kSimulatedRanks ranks).
+  const char* pricing = "simulation";
   std::vector<PlanCandidate> candidates;  // every registered algorithm of the collective
 };
 
@@ -42,6 +45,18 @@ struct TuningEntry {
   std::string algorithm;
   double measuredUs = 0;
 };
+
+// Communicators of more ranks than this are priced with the closed forms where they apply (hosts
+// of equal size): simulating every piece grows with ranks x steps.
+inline constexpr int kSimulatedRanks = 64;
+
+// The model's price of one algorithm for args on machine (seconds): the closed forms above
+// kSimulatedRanks ranks where they apply, the simulation otherwise; *formulas says which.
+// pieceBytes: the executor's (large calls are priced in at most 32 pieces per step). Errors: the
+// algorithm cannot be priced for this call.
+Result<double> priceAlgorithm(const AlgorithmInfo& algorithm, const CollArgs& args,
+                              const CostMachine& machine, size_t elemSize, size_t pieceBytes,
+                              bool* formulas = nullptr);
 
 class Planner {
  public:

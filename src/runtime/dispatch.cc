@@ -234,6 +234,8 @@ Result<Decision> dispatch(const CallShape& call, const DispatchFacts& f) {
 std::string describeDecision(const Decision& d) {
   std::string s = fmt::format("{}", pathName(d.path));
   if (!d.algorithm.empty()) s += fmt::format(" {} by {}", d.algorithm, d.source);
+  if (d.plan && std::strcmp(d.plan->pricing, "simulation") != 0)
+    s += fmt::format(" (priced by {})", d.plan->pricing);
   if (d.predictedSec >= 0) s += fmt::format(", predicted {:.1f} us", d.predictedSec * 1e6);
   std::string offers;
   for (const PathOffer& o : d.offers) {

@@ -38,7 +38,8 @@ std::string stripped(std::string s) {
   return out;
 }
 
-// "all_reduce", "all_reduce_perf", "allreduce" and "AllReduce" all name kAllReduce.
+}  // namespace
+
 bool findColl(const std::string& text, CollKind* kind) {
   std::string want = stripped(text);
   if (want.size() > 4 && want.compare(want.size() - 4, 4, "perf") == 0)
@@ -51,6 +52,8 @@ bool findColl(const std::string& text, CollKind* kind) {
   }
   return false;
 }
+
+namespace {
 
 // Acting as all_reduce_perf, ... when started under that name (a symlink to loom-perf).
 bool personality(const char* argv0, CollKind* kind) {

@@ -63,6 +63,8 @@ std::vector<size_t> sweepSizes(const Options& opts);
 
 // "all_reduce" for CollKind::kAllReduce, ...: the collective as nccl-tests names its test.
 const char* collTestName(CollKind kind);
+// "all_reduce", "all_reduce_perf", "allreduce" and "AllReduce" all name kAllReduce.
+bool findColl(const std::string& text, CollKind* kind);
 
 }  // namespace perf
 }  // namespace loom
