@@ -20,7 +20,7 @@ run_ctest() {
 }
 
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 "$ROOT/tools/build.sh" \
-  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON
+  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON
 run_ctest "${BUILD_DIR:-$ROOT/build-test}"
 
 # loom_torch installed as a user installs it (one pip install from the repository, against this

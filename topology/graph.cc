@@ -108,10 +108,24 @@ double interCpuBandwidth(const std::string& arch, const std::string& vendor, int
   return 6;  // Broadwell and anything unknown
 }
 
+namespace {
+std::string busKey(int host, const std::string& busId) {
+  return std::to_string(host) + "/" + busId;
+}
+}  // namespace
+
+int Graph::addHost(const std::string& hostHash) {
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (hosts_[h] == hostHash) return static_cast<int>(h);
+  hosts_.push_back(hostHash);
+  return static_cast<int>(hosts_.size()) - 1;
+}
+
 int Graph::addNode(Node node) {
   int id = size();
   int parent = node.parent;
-  if (!node.busId.empty()) byBusId_.emplace(node.busId, id);
+  if (parent >= 0 && parent < id) node.host = nodes_[parent].host;
+  if (!node.busId.empty()) byBusId_.emplace(busKey(node.host, node.busId), id);
   nodes_.push_back(std::move(node));
   out_.emplace_back();
   if (parent >= 0 && parent < id) nodes_[parent].children.push_back(id);
@@ -150,8 +164,8 @@ int Graph::count(NodeType type) const {
       std::count_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.type == type; }));
 }
 
-int Graph::findByBusId(const std::string& busId) const {
-  auto it = byBusId_.find(asciiLower(busId));
+int Graph::findByBusId(const std::string& busId, int host) const {
+  auto it = byBusId_.find(busKey(host, asciiLower(busId)));
   return it == byBusId_.end() ? -1 : it->second;
 }
 
@@ -185,18 +199,26 @@ std::string Graph::describe(int i) const {
 Status Graph::buildLinks() {
   links_.clear();
   for (auto& o : out_) o.clear();
-  int sharedNvs = -1;
+  // Invisible NVLink far ends are NVSwitches NCCL adds: one per host, or, for the target
+  // fffffff:ff:ff.0 of a file of several hosts (a multi-node NVLink domain), one the hosts share.
+  // A file of one host has one such switch, whatever the targets say.
+  std::unordered_map<int, int> synthSwitch;  // host (-1: shared) -> node
   for (int i = 0; i < size(); i++) {
-    if (nodes_[i].synthetic && nodes_[i].type == NodeType::kNvSwitch) sharedNvs = i;
+    if (nodes_[i].synthetic && nodes_[i].type == NodeType::kNvSwitch)
+      synthSwitch[nodes_[i].host] = i;
   }
-  auto nvSwitch = [&]() {
-    if (sharedNvs < 0) {
-      Node nvs;
-      nvs.type = NodeType::kNvSwitch;
-      nvs.synthetic = true;
-      sharedNvs = addNode(std::move(nvs));
-    }
-    return sharedNvs;
+  const bool manyHosts = hostCount() > 1;
+  auto nvSwitch = [&](int host, const std::string& target) {
+    const int key = manyHosts && target != "fffffff:ff:ff.0" ? host : -1;
+    auto it = synthSwitch.find(key);
+    if (it != synthSwitch.end()) return it->second;
+    Node nvs;
+    nvs.type = NodeType::kNvSwitch;
+    nvs.synthetic = true;
+    nvs.host = key;
+    int id = addNode(std::move(nvs));
+    synthSwitch[key] = id;
+    return id;
   };
 
   const int n0 = size();
@@ -231,7 +253,7 @@ Status Graph::buildLinks() {
           LOOM_INFO(kSubTopo, "line {}: NVLink of {} targets itself, ignored", e.line, describe(i));
           continue;
         }
-        int t = findByBusId(tgt);
+        int t = findByBusId(tgt, n.host);
         double bw = count * nvlinkBandwidth(n.sm);
         int remote = -1;
         if (hasClass && tclass == kClassCpu) {
@@ -244,7 +266,7 @@ Status Graph::buildLinks() {
         } else if ((hasClass && tclass == kClassNvSwitch) || t < 0) {
           // Invisible far end (not in the file, or fffffff:ff:ff.0): NCCL treats it as the one
           // NVSwitch fabric all GPUs share.
-          remote = nvSwitch();
+          remote = nvSwitch(n.host, tgt);
         }
         if (remote < 0) {
           LOOM_INFO(kSubTopo, "line {}: NVLink target {} of {} not found, ignored", e.line, tgt,
@@ -262,7 +284,7 @@ Status Graph::buildLinks() {
         if (cpu >= 0 && bw > 0 && count > 0) addBiLink(i, cpu, LinkType::kC2c, bw * count / 1000.0);
       } else if (e.tag == "pcilink") {
         const std::string* target = findAttr(e.attrs, "target");
-        int t = target ? findByBusId(*target) : -1;
+        int t = target ? findByBusId(*target, nodes_[i].host) : -1;
         if (t < 0 || t == i) continue;
         if (findLink(i, t, LinkType::kPci) == nullptr) addBiLink(i, t, LinkType::kPci, kLocBw);
       }
@@ -271,7 +293,7 @@ Status Graph::buildLinks() {
   std::vector<int> cpus = nodesOfType(NodeType::kCpu);
   for (int a : cpus) {
     for (int b : cpus) {
-      if (a == b) continue;
+      if (a == b || nodes_[a].host != nodes_[b].host) continue;  // hosts meet only over NVLink
       const Node& c = nodes_[a];
       addLink(a, b, LinkType::kSys, interCpuBandwidth(c.arch, c.vendor, c.familyId, c.modelId));
     }
@@ -289,13 +311,14 @@ std::string attrsText(const Attrs& attrs) {
 
 std::string diffGraphs(const Graph& a, const Graph& b) {
   if (a.size() != b.size()) return fmt::format("{} nodes vs {}", a.size(), b.size());
+  if (a.hosts() != b.hosts()) return fmt::format("{} hosts vs {}", a.hostCount(), b.hostCount());
   for (int i = 0; i < a.size(); i++) {
     const Node& x = a.node(i);
     const Node& y = b.node(i);
     std::string where = fmt::format("node {} ({} vs {})", i, a.describe(i), b.describe(i));
     if (x.type != y.type || x.parent != y.parent || x.synthetic != y.synthetic ||
-        x.busId != y.busId || x.children != y.children) {
-      return where + ": type, parent, bus id or children differ";
+        x.busId != y.busId || x.children != y.children || x.host != y.host) {
+      return where + ": type, parent, bus id, host or children differ";
     }
     if (x.hasPci != y.hasPci || x.pciAttrs != y.pciAttrs) {
       return where + ": <pci>" + attrsText(x.pciAttrs) + " vs" + attrsText(y.pciAttrs);

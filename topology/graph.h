@@ -56,6 +56,10 @@ struct Node {
   Attrs attrs;
   std::vector<LinkElement> linkElements;
   bool synthetic = false;  // made by import (the shared NVSwitch); never exported
+  // The host the node belongs to (index into Graph::hosts()): files of several hosts (NCCL's dumps
+  // of multi-node NVLink systems) mark each <cpu> with a host_hash, and bus ids repeat from host
+  // to host. -1 for the NVSwitch fabric an NVLink domain's hosts share.
+  int host = 0;
 
   // Interpreted facts.
   std::string busId;  // lower case; empty when the node has no <pci>
@@ -90,9 +94,15 @@ struct Link {
 
 class Graph {
  public:
-  // Appends a node and, when node.parent >= 0, registers it as a child of its parent. The node's
-  // busId must be set before (it is indexed here) and not changed after.
+  // Appends a node and, when node.parent >= 0, registers it as a child of its parent and puts it
+  // on its parent's host. The node's busId must be set before (it is indexed, per host, here) and
+  // not changed after.
   int addNode(Node node);
+  // The host of this host_hash ("" for a file without hashes), added when new; hosts are numbered
+  // in order of their first cpu.
+  int addHost(const std::string& hostHash);
+  const std::vector<std::string>& hosts() const { return hosts_; }
+  int hostCount() const { return hosts_.empty() ? 1 : static_cast<int>(hosts_.size()); }
   // Adds a directed link; a second link of the same type between the same nodes adds its
   // bandwidth to the first (NCCL does the same: several NVLinks to one NVSwitch add up).
   void addLink(int from, int to, LinkType type, double bw, double latencyUs = 0);
@@ -115,8 +125,8 @@ class Graph {
   const Link* findLink(int a, int b, LinkType type) const;
   std::vector<int> nodesOfType(NodeType type) const;
   int count(NodeType type) const;
-  // Node with this bus id (any case), or -1.
-  int findByBusId(const std::string& busId) const;
+  // Node with this bus id (any case) on this host, or -1.
+  int findByBusId(const std::string& busId, int host = 0) const;
   // The NIC a net belongs to / the CPU (NUMA domain) a node sits under; -1 if none.
   int cpuOf(int i) const;
   // "GPU dev 0 (0000:0f:00.0)" and the like, for messages.
@@ -126,7 +136,8 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Link> links_;
   std::vector<std::vector<int>> out_;
-  std::unordered_map<std::string, int> byBusId_;
+  std::unordered_map<std::string, int> byBusId_;  // "host/busid"
+  std::vector<std::string> hosts_;
 };
 
 // Empty when a and b hold the same nodes (with the same XML content) and the same links;

@@ -145,6 +145,9 @@ class Importer {
     n.modelId = static_cast<int>(model);
     n.arch = c.attribute("arch").value();
     n.vendor = c.attribute("vendor").value();
+    // NCCL's dumps of several hosts give each cpu its host's hash; the devices below it belong to
+    // that host (their bus ids are unique only within it).
+    n.host = graph_.addHost(c.attribute("host_hash").value());
     int id = graph_.addNode(std::move(n));
     for (pugi::xml_node ch : c.children()) {
       if (ch.type() != pugi::node_element) continue;
@@ -176,9 +179,11 @@ class Importer {
     if (busId.find_first_not_of("0123456789abcdef:.") != std::string::npos || busId.size() > 16) {
       return fail(n.line, "<pci> busid \"{}\" is not a PCI bus id", truncated(busId.c_str()));
     }
-    int dup = graph_.findByBusId(busId);
+    const int host = graph_.node(parent).host;
+    int dup = graph_.findByBusId(busId, host);
     if (dup >= 0) {
-      return fail(n.line, "duplicate busid {} (first at line {})", busId, graph_.node(dup).line);
+      return fail(n.line, "duplicate busid {} (first at line {}){}", busId, graph_.node(dup).line,
+                  graph_.hostCount() > 1 ? " on one host" : "");
     }
     n.busId = busId;
     if (!p.attribute("class")) return fail(n.line, "<pci busid=\"{}\"> without class", busId);

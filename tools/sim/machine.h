@@ -9,12 +9,19 @@
 namespace loom {
 namespace sim {
 
+struct Machine {
+  NodeSpec node;
+  int nodesInFile = 1;  // NCCL nodes a file of several hosts describes (1 for a built-in)
+};
+
 // `spec` is a built-in's name (builtinNodes) or the path of an NCCL topology XML file. From a
 // file: the GPUs (count, architecture), each GPU's NVLink links and whether they reach NVSwitches,
 // the GPUs' PCIe links, the network ports (count, speed) and whether every GPU has one within its
 // PCIe switches, the CPU vendor; the GPUs' memory bandwidth from their architecture (a file does
-// not hold it). Errors: an unknown name that is not a readable file, a file without GPUs.
-Result<NodeSpec> loadNode(const std::string& spec);
+// not hold it). A file of several hosts (host_hash): the node is NCCL's, its first NVLink domain
+// when that spans hosts (GB200 NVL72: the trays of one rack), else its first host; nodesInFile
+// counts them. Errors: an unknown name that is not a readable file, a file without GPUs.
+Result<Machine> loadMachine(const std::string& spec);
 
 }  // namespace sim
 }  // namespace loom

@@ -159,7 +159,7 @@ bool parseBlocks(const std::string& spec, CollKind coll, const NcclModel& nccl,
 struct Options {
   std::string coll;
   std::string topo;
-  int nodes = 1;
+  int nodes = -1;  // -1: the nodes of the file (1 for a built-in)
   std::string minBytes = "8", maxBytes = "8G", stepBytes = "", stepFactor = "2";
   std::string datatype = "float", op = "sum";
   int root = 0;
@@ -284,14 +284,14 @@ int run(Options& o) {
   }
   if (sweep.minBytes > sweep.maxBytes) return usageError("-b is larger than -e");
 
-  Result<NodeSpec> node = loadNode(o.topo);
-  if (!node.isOk()) {
-    std::fprintf(stderr, "loom-sim: %s\n", node.status().message().c_str());
+  Result<Machine> machine = loadMachine(o.topo);
+  if (!machine.isOk()) {
+    std::fprintf(stderr, "loom-sim: %s\n", machine.status().message().c_str());
     return kExitUsage;
   }
   ClusterSpec& c = o.cluster;
-  c.node = node.value();
-  c.nodes = o.nodes;
+  c.node = machine.value().node;
+  c.nodes = o.nodes >= 0 ? o.nodes : machine.value().nodesInFile;
   if (o.nics >= 0) c.node.nics = o.nics;
   if (o.nicGbps >= 0) c.node.nicGBs = o.nicGbps / 8;
   if (o.gpus >= 0) c.node.gpus = o.gpus;
@@ -534,7 +534,8 @@ int main(int argc, char** argv) {
                  "all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall");
   app.add_option("--topo", o.topo,
                  "A built-in machine (see --list-machines) or an NCCL topology XML file");
-  app.add_option("--nodes", o.nodes, "Nodes (hosts, or NVLink domains) in the cluster")
+  app.add_option("--nodes", o.nodes,
+                 "Nodes (hosts, or NVLink domains) in the cluster (default: the file's, or 1)")
       ->capture_default_str();
   app.add_option("-b,--minbytes", o.minBytes, "Smallest size (K/M/G suffixes)")
       ->capture_default_str();

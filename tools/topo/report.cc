@@ -53,7 +53,7 @@ struct View {
     gpus = g.nodesOfType(NodeType::kGpu);
     std::stable_sort(gpus.begin(), gpus.end(), [&](int a, int b) {
       const Node &x = g.node(a), &y = g.node(b);
-      return std::make_tuple(x.dev < 0, x.dev) < std::make_tuple(y.dev < 0, y.dev);
+      return std::make_tuple(x.host, x.dev < 0, x.dev) < std::make_tuple(y.host, y.dev < 0, y.dev);
     });
     nics = g.nodesOfType(NodeType::kNic);
     cpus = g.nodesOfType(NodeType::kCpu);
@@ -149,6 +149,46 @@ std::string cpuRanges(const std::vector<int>& cpus) {
   return s;
 }
 
+// A file of several hosts: each host's hash, GPUs and ports, and the NVLink domains (GPUs that
+// reach each other over NVLink, across hosts through a shared NVSwitch fabric).
+struct HostSummary {
+  std::string hash;
+  int gpus = 0, ports = 0;
+};
+
+std::vector<HostSummary> hostSummaries(const Graph& g) {
+  std::vector<HostSummary> hosts(static_cast<size_t>(g.hostCount()));
+  for (size_t h = 0; h < g.hosts().size(); ++h) hosts[h].hash = g.hosts()[h];
+  for (const Node& n : g.nodes()) {
+    if (n.host < 0 || n.host >= g.hostCount()) continue;
+    hosts[static_cast<size_t>(n.host)].gpus += n.type == NodeType::kGpu;
+    hosts[static_cast<size_t>(n.host)].ports += n.type == NodeType::kNet;
+  }
+  return hosts;
+}
+
+// NVLink domains as lists of GPU labels, largest first; GPUs without NVLink are left out.
+std::vector<std::vector<int>> nvlinkDomains(const Graph& g, const Paths& p,
+                                            const std::vector<int>& gpus) {
+  std::vector<std::vector<int>> domains;
+  std::set<int> seen;
+  for (int a : gpus) {
+    if (seen.count(a)) continue;
+    std::vector<int> d{a};
+    seen.insert(a);
+    for (int b : gpus) {
+      if (b == a || seen.count(b)) continue;
+      PathType t = p.get(a, b).type;
+      if (t == PathType::kNvl || t == PathType::kNvb) {
+        d.push_back(b);
+        seen.insert(b);
+      }
+    }
+    if (d.size() > 1) domains.push_back(d);
+  }
+  return domains;
+}
+
 std::string textReport(const Input& in, const Paths& paths) {
   const Graph& g = *in.graph;
   View v(g, paths);
@@ -163,7 +203,16 @@ std::string textReport(const Input& in, const Paths& paths) {
   for (int c : v.cpus) {
     if (host.empty()) host = attrOr(g.node(c).attrs, "host_hash");
   }
-  line("Host", host.empty() ? "(not in the file)" : host);
+  if (g.hostCount() > 1) {
+    std::vector<HostSummary> hosts = hostSummaries(g);
+    line("Hosts", fmt::format("{} in this file (one per host_hash)", hosts.size()));
+    for (size_t h = 0; h < hosts.size(); ++h)
+      line("", fmt::format("host {}  {}  {} GPU(s), {} port(s)", h,
+                           hosts[h].hash.empty() ? "(no host_hash)" : hosts[h].hash, hosts[h].gpus,
+                           hosts[h].ports));
+  } else {
+    line("Host", host.empty() ? "(not in the file)" : host);
+  }
   if (v.cpus.empty()) {
     line("CPU", "none in this topology");
   } else if (in.host) {
@@ -220,6 +269,17 @@ std::string textReport(const Input& in, const Paths& paths) {
   }
   if (v.nics.empty()) line("NICs", "none");
   if (v.gpus.empty()) line("GPUs", "none");
+  if (g.hostCount() > 1) {
+    std::vector<std::vector<int>> domains = nvlinkDomains(g, paths, v.gpus);
+    for (size_t d = 0; d < domains.size(); ++d) {
+      std::set<int> hosts;
+      for (int gpu : domains[d]) hosts.insert(g.node(gpu).host);
+      line(d == 0 ? "NVLink" : "",
+           fmt::format("domain {}: {} GPU(s) on {} host(s), {} to {}", d, domains[d].size(),
+                       hosts.size(), v.label[domains[d].front()], v.label[domains[d].back()]));
+    }
+    if (domains.empty()) line("NVLink", "no GPUs reach each other over NVLink");
+  }
   if (in.host) {
     for (size_t i = 0; i < in.host->sources.size(); i++) {
       line(i == 0 ? "Sources" : "", in.host->sources[i]);
@@ -232,7 +292,8 @@ std::string textReport(const Input& in, const Paths& paths) {
   // ---- per GPU ----
   for (int gpu : v.gpus) {
     const Node& n = g.node(gpu);
-    o += fmt::format("\n{}  {}  dev {}  sm {}  NUMA {}  GDR {}{}\n", v.label[gpu], n.busId, n.dev,
+    o += fmt::format("\n{}  {}{}  dev {}  sm {}  NUMA {}  GDR {}{}\n", v.label[gpu],
+                     g.hostCount() > 1 ? fmt::format("host {}  ", n.host) : "", n.busId, n.dev,
                      n.sm, v.numaOf(gpu), n.gdr ? "yes" : "no",
                      n.elemTag.empty() ? "  (no <gpu> element: PCI only)" : "");
     std::vector<int> near = v.nearestNics(gpu);
@@ -355,6 +416,17 @@ std::string jsonReport(const Input& in, const Paths& paths) {
   }
   j["pci"] = {{"devices", pci}, {"switches", bridges}};
   j["nvswitches"] = g.count(NodeType::kNvSwitch);
+  json hosts = json::array();
+  for (const HostSummary& h : hostSummaries(g))
+    hosts.push_back({{"hostHash", h.hash}, {"gpus", h.gpus}, {"ports", h.ports}});
+  j["hosts"] = hosts;
+  json domains = json::array();
+  for (const std::vector<int>& d : nvlinkDomains(g, paths, v.gpus)) {
+    json labels = json::array();
+    for (int gpu : d) labels.push_back(v.label[gpu]);
+    domains.push_back(labels);
+  }
+  j["nvlinkDomains"] = domains;
   json nics = json::array();
   for (int nic : v.nics) {
     const Node& n = g.node(nic);
@@ -397,6 +469,7 @@ std::string jsonReport(const Input& in, const Paths& paths) {
     }
     auto [count, nvbw] = v.nvlinks(gpu);
     gpus.push_back({{"label", v.label[gpu]},
+                    {"host", n.host},
                     {"dev", n.dev},
                     {"busId", n.busId},
                     {"sm", n.sm},
