@@ -50,7 +50,12 @@ Status ClusterSpec::validate() const {
   if (n.pciGBs <= 0)
     return LOOM_ERROR(kInvalidArgument, "{}: the PCIe rate must be positive ({} GB/s)", n.name,
                       n.pciGBs);
-  if (n.hbmGBs <= 0)
+  if (n.hostMemory && (n.memcpyGBs <= 0 || n.reduceGBs <= 0 || n.cores < 0))
+    return LOOM_ERROR(kInvalidArgument,
+                      "{}: CPU hosts need positive copy and reduction rates ({} and {} GB/s) and "
+                      "a core count of 0 or more ({})",
+                      n.name, n.memcpyGBs, n.reduceGBs, n.cores);
+  if (!n.hostMemory && n.hbmGBs <= 0)
     return LOOM_ERROR(kInvalidArgument, "{}: the GPU memory bandwidth must be positive ({} GB/s)",
                       n.name, n.hbmGBs);
   if (nodes > 1 && (n.nics < 1 || n.nicGBs <= 0))
@@ -148,6 +153,18 @@ TrafficPattern loomPattern(CollKind coll, const std::string& a) {
 
 CostMachine clusterCostMachine(const ClusterSpec& c, TrafficPattern p) {
   const NodeSpec& n = c.node;
+  const double hops = c.nodes > 1 ? fabricExtraHops(c, p) * c.fabric.hopLatencyUs : 0;
+  if (n.hostMemory) {
+    HostCluster hc;
+    for (int r = 0; r < c.nranks(); ++r) hc.hostOf.push_back(r / n.gpus);
+    hc.coresPerHost.assign(static_cast<size_t>(c.nodes), static_cast<uint32_t>(n.cores));
+    hc.memcpyBytesPerSec = n.memcpyGBs * 1e9;
+    hc.reduceBytesPerSec = n.reduceGBs * 1e9;
+    hc.netBytesPerSec = n.nics * n.nicGBs * 1e9 * (c.nodes > 1 ? fabricShare(c, p) : 1);
+    hc.netAlphaSec = (c.loom.interUs + hops) * 1e-6;
+    hc.shmAlphaSec = c.loom.intraUs * 1e-6;
+    return hostCostMachine(hc);
+  }
   CostMachine m = CostMachine::uniform(c.nranks(), n.gpus);
   const double link = n.gpuIntraGBs() * 1e9;
   m.intra = LinkCost{c.loom.intraUs * 1e-6, link};
@@ -157,7 +174,6 @@ CostMachine clusterCostMachine(const ClusterSpec& c, TrafficPattern p) {
   m.copyBytesPerSec = n.hbmGBs * 1e9 / 2;
   m.fuseIntraRecvReduce = true;
   if (c.nodes > 1) {
-    const double hops = fabricExtraHops(c, p) * c.fabric.hopLatencyUs;
     m.inter = LinkCost{(c.loom.interUs + hops) * 1e-6, n.nicGBs * 1e9};
     m.nicBytesPerSec = n.nics * n.nicGBs * 1e9 * fabricShare(c, p);
   }
@@ -239,6 +255,29 @@ const std::vector<NodeSpec>& builtinNodes() {
     pcie.nics = 4;
     pcie.hbmGBs = 2000;
     v.push_back(pcie);
+
+    NodeSpec host;
+    host.name = "cpu-host";
+    host.description =
+        "CPU hosts: Loom on host memory (ranks per host = --gpus), shared memory inside a host, "
+        "one network port per host; the runtime's own cost model";
+    host.source =
+        "the runtime's planner (hostCostMachine); give the rates it measured "
+        "(LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=PLAN prints them): --memcpy-gbps, "
+        "--reduce-gbps, --cores, --nic-gbps";
+    host.hostMemory = true;
+    host.gpus = 2;
+    host.sm = 0;
+    host.nvlinks = 0;
+    host.nvlinkGBs = 0;
+    host.nvswitch = host.nvls = false;
+    host.pciGBs = 16;
+    host.nics = 1;
+    host.nicGBs = 10.0 / 8;
+    host.memcpyGBs = 5;
+    host.reduceGBs = 4;
+    host.hbmGBs = 5;
+    v.push_back(host);
     return v;
   }();
   return kNodes;

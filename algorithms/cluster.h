@@ -36,6 +36,12 @@ struct NodeSpec {
   enum class Cpu { kIntel, kAmd, kArm };
   Cpu cpu = Cpu::kIntel;  // NCCL's latency and LL tables depend on the CPU
   double hbmGBs = 0;      // a GPU's memory bandwidth (reductions and copies)
+  // CPU hosts (Loom on host memory, no GPUs: "gpus" counts ranks): the runtime's own machine
+  // (hostCostMachine) with these measured rates; NCCL does not run there.
+  bool hostMemory = false;
+  int cores = 0;         // CPUs a host's ranks share (0: as many as ranks)
+  double memcpyGBs = 0;  // one core's copy rate
+  double reduceGBs = 0;  // one core's reduction rate
 
   double gpuNvlinkGBs() const { return nvlinks * nvlinkGBs; }
   // A GPU's rate to the other GPUs of its node: NVLink when present, else PCIe.
@@ -51,13 +57,15 @@ struct FabricSpec {
   bool sharp = false;         // the switches reduce (IB SHARP): NCCL's CollNet
 };
 
-// What one of Loom's messages costs on the GPUs beyond its bytes. Loom's device path has not been
-// timed on a GPU yet: the defaults are NCCL's Simple-protocol step latencies (NVLink ring, network
-// ring), which Loom's executor, posting whole pieces, resembles.
+// What one of Loom's messages costs beyond its bytes. Loom's device path has not been timed on a
+// GPU yet: the defaults are NCCL's Simple-protocol step latencies (NVLink ring, network ring),
+// which Loom's executor, posting whole pieces, resembles. On CPU hosts they are the runtime's
+// LOOM_MODEL_SHM_LAT_US and LOOM_MODEL_NET_LAT_US defaults (hostMessageCosts).
 struct LoomMessageCosts {
   double intraUs = 3.4;
   double interUs = 14.0;
 };
+inline LoomMessageCosts hostMessageCosts() { return LoomMessageCosts{2, 30}; }
 
 struct ClusterSpec {
   NodeSpec node;

@@ -86,6 +86,22 @@ struct CostMachine {
   static CostMachine uniform(int nranks, int ranksPerHost);
 };
 
+// Hosts of CPU ranks as the runtime prices them (Comm::buildPlanner) and loom-sim predicts them:
+// ranks on host memory, shared memory inside a host (or sockets when it is off), the network
+// between hosts, every rate measured once (rank 0's copy and reduction speeds) so that every rank
+// derives the same machine.
+struct HostCluster {
+  std::vector<int> hostOf;             // rank -> host index (0 .. hosts-1)
+  std::vector<uint32_t> coresPerHost;  // CPUs a host's ranks may run on (0: unknown)
+  double memcpyBytesPerSec = 5e9;
+  double reduceBytesPerSec = 4e9;
+  double netBytesPerSec = 10e9 / 8;  // one port per host
+  double netAlphaSec = 30e-6;
+  double shmAlphaSec = 2e-6;
+  bool shm = true;  // false: ranks of one host talk over sockets too (LOOM_SHM_DISABLE)
+};
+CostMachine hostCostMachine(const HostCluster& c);
+
 struct CostEstimate {
   double seconds = 0;               // completion of the last piece of any rank (all start at 0)
   std::vector<double> rankSeconds;  // per rank: completion of its last piece (0: no pieces)

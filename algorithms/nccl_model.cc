@@ -264,6 +264,7 @@ Result<NcclModel> NcclModel::build(const ClusterSpec& cluster) {
   LOOM_TRY(cluster.validate());
   NcclModel m;
   m.cluster_ = cluster;
+  if (cluster.node.hostMemory) return m;  // NCCL runs on GPUs only: every time is < 0
   SearchView v = searchView(cluster);
   m.graphs_[kRing] = searchRingTree(v, false);
   m.graphs_[kTree] = searchRingTree(v, true);

@@ -367,32 +367,11 @@ std::string Comm::deadPeers() const {
 // ports from the exchanged topology, kernel speeds and CPU counts as rank 0 and each host's first
 // rank measured them, and parameters (which every rank must set alike, as with NCCL).
 Status Comm::buildPlanner() {
-  CostMachine m;
-  m.hostOf = system_.hostOf;
-  const double memcpyBps = peers_[0].memcpyMBps ? peers_[0].memcpyMBps * 1e6 : 5e9;
-  const double reduceBps = peers_[0].reduceMBps ? peers_[0].reduceMBps * 1e6 : 4e9;
-  // More ranks than cores on a host: its ranks share the cores' copy bandwidth (the busy ones get
-  // most of the share of those that wait), and lose some of it to switching between them.
-  // Calibrated with loom-plan-check against every forced algorithm of the four collectives at
-  // 1-64 MiB, 4 ranks on a 2-core VM: with the whole cores as the pool and a core per rank, every
-  // balanced schedule was predicted at 0.69-0.88 of its time and a direct broadcast (its root
-  // copies to every peer) tied with the chain it lost to by 8-35%.
-  constexpr double kOversubscribedPool = 0.8;       // of cores x memcpy
-  constexpr double kOversubscribedRankShare = 1.5;  // of pool / ranks, at most one core
-  m.hostMemBytesPerSec.assign(system_.hosts.size(), 0);
-  m.hostRankMemBytesPerSec.assign(system_.hosts.size(), 0);
-  for (size_t h = 0; h < system_.hosts.size(); ++h) {
-    const auto& ranks = system_.hosts[h].ranks;
-    uint32_t cores = peers_[ranks.front()].cores;
-    if (cores == 0 || ranks.size() <= cores) continue;
-    m.hostMemBytesPerSec[h] = memcpyBps * cores * kOversubscribedPool;
-    m.hostRankMemBytesPerSec[h] =
-        std::min(memcpyBps, m.hostMemBytesPerSec[h] * kOversubscribedRankShare /
-                                static_cast<double>(ranks.size()));
-  }
-  m.memBytesPerSec = memcpyBps;
-  m.copyBytesPerSec = memcpyBps;
-  m.reduceBytesPerSec = reduceBps;
+  HostCluster hc;
+  hc.hostOf = system_.hostOf;
+  hc.memcpyBytesPerSec = peers_[0].memcpyMBps ? peers_[0].memcpyMBps * 1e6 : 5e9;
+  hc.reduceBytesPerSec = peers_[0].reduceMBps ? peers_[0].reduceMBps * 1e6 : 4e9;
+  for (const auto& h : system_.hosts) hc.coresPerHost.push_back(peers_[h.ranks.front()].cores);
   double netBps = 0;
   if (params::kModelNetMbps.asInt() > 0) {
     netBps = static_cast<double>(params::kModelNetMbps.asInt()) * 1e6 / 8;
@@ -413,20 +392,16 @@ Status Comm::buildPlanner() {
         if (s > 0 && (netBps == 0 || s < netBps)) netBps = s;
     if (netBps == 0) netBps = 10e9 / 8;  // NCCL's default for a port of unknown speed
   }
+  hc.netBytesPerSec = netBps;
   const double netAlpha = static_cast<double>(params::kModelNetLatUs.asInt()) * 1e-6;
-  m.inter = LinkCost{netAlpha, netBps};
-  m.nicBytesPerSec = netBps;
-  m.serialInterAlphaPerRank = true;  // one progress thread posts a rank's messages
+  hc.netAlphaSec = netAlpha;
+  hc.shmAlphaSec = static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6;
   // Whether ranks of a host share memory must be decided alike on every rank (a rank alone on its
   // host has no shared memory of its own, yet prices the other hosts' links): the parameter, not
   // this rank's transport. A host whose shared memory failed to set up runs over sockets while
   // priced as shared memory.
-  if (!params::kShmDisable.asBool()) {
-    m.intra = LinkCost{static_cast<double>(params::kModelShmLatUs.asInt()) * 1e-6, memcpyBps};
-    m.fuseIntraRecvReduce = true;
-  } else {
-    m.intra = LinkCost{netAlpha, netBps};  // ranks of one host over sockets
-  }
+  hc.shm = !params::kShmDisable.asBool();
+  CostMachine m = hostCostMachine(hc);
   size_t piece = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
   planner_ = std::make_unique<Planner>(std::move(m), rankLayout_, piece);
   if (params::kTuningFile.isSet() && !params::kTuningFile.str().empty()) {

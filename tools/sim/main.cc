@@ -170,6 +170,9 @@ struct Options {
   int nics = -1;
   double nicGbps = -1;
   int gpus = -1;
+  int cores = -1;
+  double memcpyGbps = -1, reduceGbps = -1;
+  bool loomCostsGiven = false;
   ClusterSpec cluster;
   std::string sharp = "off";
 };
@@ -295,6 +298,16 @@ int run(Options& o) {
   if (o.nics >= 0) c.node.nics = o.nics;
   if (o.nicGbps >= 0) c.node.nicGBs = o.nicGbps / 8;
   if (o.gpus >= 0) c.node.gpus = o.gpus;
+  if (o.cores >= 0 || o.memcpyGbps >= 0 || o.reduceGbps >= 0) {
+    if (!c.node.hostMemory)
+      return usageError(
+          "--cores, --memcpy-gbps and --reduce-gbps describe CPU hosts (--topo "
+          "cpu-host)");
+    if (o.cores >= 0) c.node.cores = o.cores;
+    if (o.memcpyGbps >= 0) c.node.memcpyGBs = o.memcpyGbps;
+    if (o.reduceGbps >= 0) c.node.reduceGBs = o.reduceGbps;
+  }
+  if (c.node.hostMemory && !o.loomCostsGiven) c.loom = hostMessageCosts();
   if (o.sharp != "on" && o.sharp != "off") return usageError("--sharp takes on or off");
   c.fabric.sharp = o.sharp == "on";
   if (c.fabric.rails > c.node.nics && c.nodes > 1)
@@ -330,15 +343,23 @@ int run(Options& o) {
 
   // The text report.
   std::string out;
-  out += fmt::format("# loom-sim {}.{}.{}: predicted {}_perf on {} node{} x {} = {} GPUs\n",
+  out += fmt::format("# loom-sim {}.{}.{}: predicted {}_perf on {} node{} x {} = {} {}\n",
                      LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH, perf::collTestName(coll), c.nodes,
-                     c.nodes > 1 ? "s" : "", c.node.name, c.nranks());
+                     c.nodes > 1 ? "s" : "", c.node.name, c.nranks(),
+                     c.node.hostMemory ? "ranks" : "GPUs");
   out += "#  node: " + c.node.description + "\n";
   out += "#  fabric: " + describeFabric(c) + "\n";
-  out += fmt::format(
-      "#  Loom's messages: {:g} us inside a node, {:g} us between nodes (assumed: Loom's device "
-      "path is not yet timed on a GPU)\n",
-      c.loom.intraUs, c.loom.interUs);
+  if (c.node.hostMemory)
+    out += fmt::format(
+        "#  CPU hosts: {} rank(s) per host on {} core(s), copies {:g} GB/s, reductions {:g} GB/s; "
+        "Loom's messages: {:g} us inside a host, {:g} us between hosts\n",
+        c.node.gpus, c.node.cores > 0 ? std::to_string(c.node.cores) : std::string("as many"),
+        c.node.memcpyGBs, c.node.reduceGBs, c.loom.intraUs, c.loom.interUs);
+  else
+    out += fmt::format(
+        "#  Loom's messages: {:g} us inside a node, {:g} us between nodes (assumed: Loom's device "
+        "path is not yet timed on a GPU)\n",
+        c.loom.intraUs, c.loom.interUs);
   std::string graphs;
   for (int a = 0; a < kNcclAlgos; ++a) {
     const NcclGraph& g = nccl.value().graph(static_cast<NcclAlgo>(a));
@@ -568,10 +589,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sharp", o.sharp, "In-network reduction (IB SHARP, NCCL's CollNet): on or off")
       ->capture_default_str();
-  app.add_option("--loom-intra-us", lc.intraUs, "Loom's cost of one message inside a node")
-      ->capture_default_str();
-  app.add_option("--loom-inter-us", lc.interUs, "Loom's cost of one message between nodes")
-      ->capture_default_str();
+  CLI::Option* intraUs =
+      app.add_option("--loom-intra-us", lc.intraUs, "Loom's cost of one message inside a node")
+          ->capture_default_str();
+  CLI::Option* interUs =
+      app.add_option("--loom-inter-us", lc.interUs, "Loom's cost of one message between nodes")
+          ->capture_default_str();
+  app.add_option("--cores", o.cores, "CPU hosts: cores a host's ranks share");
+  app.add_option("--memcpy-gbps", o.memcpyGbps, "CPU hosts: one core's copy rate, GB/s");
+  app.add_option("--reduce-gbps", o.reduceGbps, "CPU hosts: one core's reduction rate, GB/s");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -581,6 +607,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return loom::sim::usageError(e.what());
   }
+  o.loomCostsGiven = intraUs->count() > 0 || interUs->count() > 0;
   if (o.listMachines) {
     for (const loom::NodeSpec& n : loom::builtinNodes())
       std::printf("%-12s %s\n             source: %s\n", n.name.c_str(), n.description.c_str(),
