@@ -117,7 +117,12 @@ SearchView searchView(const ClusterSpec& c) {
   } else {
     v.gpuTotal = v.pairBw = pci;
   }
-  v.netPath = std::min(n.nicGBs, pci);
+  // More ports than GPUs, in whole multiples (dual-port NICs, AWS p5's 4 EFA ports per GPU): NCCL
+  // (2.21 on, NCCL_NET_MERGE_LEVEL) and its plugins merge the ports of one GPU into a virtual NIC.
+  int merged = 1;
+  if (n.nics > n.gpus && n.gpus > 0 && n.nics % n.gpus == 0) merged = n.nics / n.gpus;
+  v.nics = n.nics / merged;
+  v.netPath = std::min(n.nicGBs * merged, pci * merged);
   return v;
 }
 
@@ -338,7 +343,10 @@ void NcclModel::fillTable(bool fabric, Table* t) const {
         if (collnet && p != kSimple) continue;
         if (p == kLL128 && !ll128) continue;
         double bw = nNodes <= 2 || collnet ? g.bwIntra : g.bwInter;
-        if (fabric && nNodes > 1) bw = std::min(bw, bwInter);
+        // Two nodes: a tree sends half of what crosses a node's links over the network (NCCL
+        // prices it with the intra-node rate, up to twice the inter-node one).
+        if (fabric && nNodes > 1)
+          bw = std::min(bw, bwInter * (nNodes <= 2 && (a == kTree || collnet) ? 2 : 1));
         if (a == kNvls || a == kNvlsTree) {
           if (g.channels < 2) continue;
           double intraBw =
