@@ -9,12 +9,20 @@ namespace loom {
 
 namespace {
 
+// Ports one node puts on each rail: its NICs spread over the rails (one each when there are as
+// many rails as NICs, the rail-optimized layout).
+int portsPerRail(const ClusterSpec& c) {
+  const int rails = c.fabric.rails > 0 ? c.fabric.rails : std::max(1, c.node.nics);
+  return std::max(1, (c.node.nics + rails - 1) / rails);
+}
+
 // The nodes below one switch of tier t (1: leaf) of a rail: a switch of a tier that has another
-// tier above it gives half its ports to the uplinks.
-double nodesBelow(const FabricSpec& f, int tier) {
+// tier above it gives half its ports to the uplinks, and each node takes portsPerRail of them.
+double nodesBelow(const ClusterSpec& c, int tier) {
+  const FabricSpec& f = c.fabric;
   double half = f.radix / 2.0;
-  if (f.tiers == 1) return f.radix;
-  return std::pow(half, tier) * (tier == f.tiers ? 2 : 1);
+  double ports = f.tiers == 1 ? f.radix : std::pow(half, tier) * (tier == f.tiers ? 2 : 1);
+  return std::max(1.0, std::floor(ports / portsPerRail(c)));
 }
 
 // The tiers above the leaf a cluster of n nodes uses, and the group (nodes below one switch) of
@@ -22,7 +30,7 @@ double nodesBelow(const FabricSpec& f, int tier) {
 std::vector<double> crossedGroups(const ClusterSpec& c) {
   std::vector<double> groups;
   for (int t = 1; t < c.fabric.tiers; ++t) {
-    double below = nodesBelow(c.fabric, t);
+    double below = nodesBelow(c, t);
     if (c.nodes > below) groups.push_back(below);
   }
   return groups;
@@ -37,7 +45,19 @@ double uplinkShare(double crossing, double oversub) {
 
 }  // namespace
 
-int ClusterSpec::nodesPerLeaf() const { return static_cast<int>(nodesBelow(fabric, 1)); }
+double nvlinkRatedGBs(int sm) {
+  if (sm >= 100) return 40.1;
+  if (sm >= 90) return 20.6;
+  if (sm == 86) return 12.0;
+  if (sm >= 70) return 20.0;
+  return 18.0;
+}
+
+double NodeSpec::gpuIntraRatedGBs() const {
+  return nvlinks > 0 ? nvlinks * nvlinkRatedGBs(sm) : pciGBs * 0.75;
+}
+
+int ClusterSpec::nodesPerLeaf() const { return static_cast<int>(nodesBelow(*this, 1)); }
 
 Status ClusterSpec::validate() const {
   const NodeSpec& n = node;
@@ -73,8 +93,10 @@ Status ClusterSpec::validate() const {
   if (f.hopLatencyUs < 0)
     return LOOM_ERROR(kInvalidArgument, "the hop latency must not be negative (got {} us)",
                       f.hopLatencyUs);
-  if (f.rails < 0) return LOOM_ERROR(kInvalidArgument, "rails must not be negative ({})", f.rails);
-  double most = nodesBelow(f, f.tiers);
+  if (f.rails < 0 || (nodes > 1 && f.rails > std::max(1, n.nics)))
+    return LOOM_ERROR(kInvalidArgument, "rails must be between 1 and the {} NICs per node (got {})",
+                      n.nics, f.rails);
+  double most = nodesBelow(*this, f.tiers);
   if (nodes > most)
     return LOOM_ERROR(kInvalidArgument,
                       "{} nodes do not fit a {}-tier fabric of radix-{} switches (at most {:.0f} "
@@ -166,7 +188,7 @@ CostMachine clusterCostMachine(const ClusterSpec& c, TrafficPattern p) {
     return hostCostMachine(hc);
   }
   CostMachine m = CostMachine::uniform(c.nranks(), n.gpus);
-  const double link = n.gpuIntraGBs() * 1e9;
+  const double link = n.gpuIntraRatedGBs() * 1e9;
   m.intra = LinkCost{c.loom.intraUs * 1e-6, link};
   // A GPU sends and receives at its links' rate at once: its transfers count on both ends.
   m.memBytesPerSec = std::min(n.hbmGBs * 1e9, 2 * link);

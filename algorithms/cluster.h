@@ -43,13 +43,17 @@ struct NodeSpec {
   double memcpyGBs = 0;  // one core's copy rate
   double reduceGBs = 0;  // one core's reduction rate
 
-  double gpuNvlinkGBs() const { return nvlinks * nvlinkGBs; }
-  // A GPU's rate to the other GPUs of its node: NVLink when present, else PCIe.
-  double gpuIntraGBs() const { return nvlinks > 0 ? gpuNvlinkGBs() : pciGBs; }
+  // What data moves at between a node's GPUs once protocols take their share: NCCL's rating of
+  // the links (NVLink per link by architecture, 20.6 GB/s of NVLink 4's 25; PCIe at 3/4 of its
+  // signalling rate), which its search plans with and which NCCL's busbw reaches (370 GB/s on
+  // DGX H100). Loom's device copies are priced at the same rate until measured on a GPU.
+  double gpuIntraRatedGBs() const;
 };
 
 struct FabricSpec {
-  int rails = 0;              // independent networks, one per NIC index (0: one per NIC)
+  // Independent networks (0: one per NIC, rail-optimized). Fewer rails than NICs put several of a
+  // node's ports on one rail's switches: fewer nodes per leaf, more traffic over the uplinks.
+  int rails = 0;
   int tiers = 2;              // 1: one switch per rail; 2: leaf and spine; 3: leaf, spine, core
   double oversub = 1.0;       // downlinks / uplinks at each tier above the leaf (>= 1)
   int radix = 64;             // switch ports
@@ -96,6 +100,9 @@ enum class TrafficPattern {
 // beyond the first switch (the latency the NCCL tables do not hold).
 double fabricShare(const ClusterSpec& c, TrafficPattern p);
 double fabricExtraHops(const ClusterSpec& c, TrafficPattern p);
+
+// NCCL's rate of one NVLink link of a GPU of this architecture (src/graph/topo.h), GB/s.
+double nvlinkRatedGBs(int sm);
 
 // The traffic pattern of one of Loom's algorithms between hosts.
 TrafficPattern loomPattern(CollKind coll, const std::string& algorithm);

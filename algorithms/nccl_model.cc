@@ -79,15 +79,6 @@ const std::vector<double>& speedArray(int sm, bool inter) {
   return inter ? kInter : kIntra;
 }
 
-// NCCL's rate of one NVLink link by architecture (src/graph/topo.h), GB/s.
-double ncclNvlinkLinkBw(int sm) {
-  if (sm >= 100) return 40.1;
-  if (sm >= 90) return 20.6;
-  if (sm == 86) return 12.0;
-  if (sm >= 70) return 20.0;
-  return 18.0;
-}
-
 int compCapIndex(int sm) { return sm >= 100 ? 3 : sm >= 90 ? 2 : sm >= 80 ? 1 : 0; }
 
 int log2i(double v) { return v < 1 ? 0 : static_cast<int>(std::floor(std::log2(v))); }
@@ -111,7 +102,7 @@ SearchView searchView(const ClusterSpec& c) {
   v.nvlink = n.nvlinks > 0;
   double pci = n.pciGBs * 0.75;  // NCCL counts a PCIe link at 3/4 of its signalling rate
   if (v.nvlink) {
-    v.gpuTotal = n.nvlinks * ncclNvlinkLinkBw(n.sm);
+    v.gpuTotal = n.gpuIntraRatedGBs();
     // Without NVSwitches the links are spread over the peers (a full mesh).
     v.pairBw = n.nvswitch || n.gpus <= 2 ? v.gpuTotal : v.gpuTotal / (n.gpus - 1);
   } else {

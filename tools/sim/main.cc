@@ -310,9 +310,6 @@ int run(Options& o) {
   if (c.node.hostMemory && !o.loomCostsGiven) c.loom = hostMessageCosts();
   if (o.sharp != "on" && o.sharp != "off") return usageError("--sharp takes on or off");
   c.fabric.sharp = o.sharp == "on";
-  if (c.fabric.rails > c.node.nics && c.nodes > 1)
-    return usageError(
-        fmt::format("--rails {} is more than the {} NICs per node", c.fabric.rails, c.node.nics));
   Status valid = c.validate();
   if (!valid.isOk()) return usageError(valid.message());
   if (c.nranks() > (1 << 20)) return usageError("more than 1,048,576 GPUs");
@@ -343,10 +340,10 @@ int run(Options& o) {
 
   // The text report.
   std::string out;
-  out += fmt::format("# loom-sim {}.{}.{}: predicted {}_perf on {} node{} x {} = {} {}\n",
-                     LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH, perf::collTestName(coll), c.nodes,
-                     c.nodes > 1 ? "s" : "", c.node.name, c.nranks(),
-                     c.node.hostMemory ? "ranks" : "GPUs");
+  out +=
+      fmt::format("# loom-sim {}.{}.{}: predicted {}_perf on {} node{} x {} = {} {}\n", LOOM_MAJOR,
+                  LOOM_MINOR, LOOM_PATCH, perf::collTestName(coll), c.nodes, c.nodes > 1 ? "s" : "",
+                  c.node.name, c.nranks(), c.node.hostMemory ? "ranks" : "GPUs");
   out += "#  node: " + c.node.description + "\n";
   out += "#  fabric: " + describeFabric(c) + "\n";
   if (c.node.hostMemory)

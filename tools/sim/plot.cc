@@ -124,6 +124,7 @@ Result<std::vector<Series>> readPublished(const std::string& path) {
   std::vector<std::string> order;
   std::string line;
   int lineNo = 0;
+  bool sawHeader = false;
   while (std::getline(in, line)) {
     ++lineNo;
     if (line.empty() || line[0] == '#') continue;
@@ -131,7 +132,10 @@ Result<std::vector<Series>> readPublished(const std::string& path) {
     char* end = nullptr;
     double size = std::strtod(p, &end);
     if (end == p) {
-      if (lineNo == 1) continue;  // a header
+      if (!sawHeader && order.empty()) {  // a header, before any point
+        sawHeader = true;
+        continue;
+      }
       return LOOM_ERROR(kInvalidArgument, "{} line {}: expected size_bytes,busbw_gbps[,label]",
                         path, lineNo);
     }

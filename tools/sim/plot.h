@@ -19,8 +19,8 @@ struct Series {
 std::string plotSvg(const std::string& title, const std::vector<Series>& series);
 
 // Published results, one point per line: "size_bytes,busbw_gbps[,label]" ('#' comments and a
-// header line allowed; the label names the series, default "published"). kInvalidArgument with
-// the line on anything else.
+// header line before the points allowed; the label names the series, default "published").
+// kInvalidArgument with the line on anything else.
 Result<std::vector<Series>> readPublished(const std::string& path);
 
 }  // namespace sim
