@@ -40,8 +40,16 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/nu
 fi
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/sim_check.XXXXXX)
 mkdir -p "$OUT"
+# Each host gets its share of the CPUs (emuhosts -C) when there is at least one per host; with more
+# hosts than CPUs they all share them, and the model is told one core per host (it knows no
+# fractions: expect the prediction to be optimistic there).
 cores=$(( $(nproc) / HOSTS ))
-[ "$cores" -ge 1 ] || cores=1
+pin=-C
+if [ "$cores" -lt 1 ]; then
+  cores=1
+  pin=""
+  echo "sim_check: $HOSTS hosts on $(nproc) CPUs: hosts share the CPUs; the model assumes one each"
+fi
 status=0
 IFS=, read -r -a colls <<<"$COLLS"
 for coll in "${colls[@]}"; do
@@ -50,7 +58,7 @@ for coll in "${colls[@]}"; do
   mkdir -p "$dir"
   echo "== $coll: loom-perf on $HOSTS hosts x $RANKS ranks, links ${MBIT}mbit, $cores core(s) per host"
   if ! LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=PLAN LOOM_MODEL_NET_MBPS=$MBIT \
-      "$ROOT/tools/emuhosts.sh" -H "$HOSTS" -R "$RANKS" -b "${MBIT}mbit" -C -q -o "$dir" -- \
+      "$ROOT/tools/emuhosts.sh" -H "$HOSTS" -R "$RANKS" -b "${MBIT}mbit" $pin -q -o "$dir" -- \
       "$perf" "$coll" -b "$MIN" -e "$MAX" -f 2 -c 0 -n "$ITERS" -w 2 -a 3 -J "$dir/perf.json" \
       >"$dir/emuhosts.out" 2>&1; then
     echo "sim_check: loom-perf failed; see $dir"
