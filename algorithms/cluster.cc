@@ -202,82 +202,80 @@ CostMachine clusterCostMachine(const ClusterSpec& c, TrafficPattern p) {
   return m;
 }
 
+namespace {
+
+// One built-in machine's figures, in NodeSpec's order.
+struct Builtin {
+  const char* name;
+  const char* description;
+  const char* source;
+  int gpus, sm, nvlinks;
+  double nvlinkGBs;
+  bool nvswitch, nvls;
+  double pciGBs;
+  int nics;
+  double nicGBs;
+  NodeSpec::Cpu cpu;
+  double hbmGBs;
+};
+
+// clang-format off
+constexpr Builtin kBuiltins[] = {
+    {"dgx-h100",
+     "DGX H100 class: 8x H100 SXM (NVLink 4, 18 links) on 4 NVSwitches with NVLink SHARP, 8x 400 "
+     "Gb/s ConnectX-7, PCIe Gen5, Intel Xeon",
+     "NVIDIA DGX H100 datasheet and DGX H100/H200 user guide (900 GB/s NVLink per GPU, 8 "
+     "single-port ConnectX-7 at 400 Gb/s for the compute fabric); H100 SXM datasheet (3.35 TB/s "
+     "HBM3)",
+     8, 90, 18, 25, true, true, 64, 8, 50, NodeSpec::Cpu::kIntel, 3350},
+    {"dgx-h200", "DGX H200 class: the DGX H100 node with H200 GPUs (141 GB HBM3e)",
+     "NVIDIA H200 datasheet (4.8 TB/s HBM3e, NVLink 900 GB/s); DGX H100/H200 user guide",
+     8, 90, 18, 25, true, true, 64, 8, 50, NodeSpec::Cpu::kIntel, 4800},
+    {"dgx-b200",
+     "DGX B200 class: 8x B200 (NVLink 5, 18 links) on 2 NVSwitch chips with NVLink SHARP, 8x 400 "
+     "Gb/s ConnectX-7, PCIe Gen5, Intel Xeon",
+     "NVIDIA DGX B200 datasheet (1.8 TB/s NVLink per GPU, 8 ConnectX-7 at 400 Gb/s, 8 TB/s HBM3e "
+     "per GPU)",
+     8, 100, 18, 50, true, true, 64, 8, 50, NodeSpec::Cpu::kIntel, 8000},
+    {"gb200-nvl72",
+     "GB200 NVL72 class: one NVLink domain of 72 Blackwell GPUs (18 trays of 4) on NVLink switch "
+     "trays with NVLink SHARP, one 400 Gb/s ConnectX-7 per GPU, Grace CPUs",
+     "NVIDIA GB200 NVL72 product page and datasheet (72 GPUs in one NVLink domain, 1.8 TB/s "
+     "NVLink per GPU, 8 TB/s HBM3e); one ConnectX-7 per GPU as in the reference compute tray",
+     72, 100, 18, 50, true, true, 64, 72, 50, NodeSpec::Cpu::kArm, 8000},
+    {"pcie-h100",
+     "PCIe server without NVLink: 8x H100 PCIe, two GPUs and one 400 Gb/s NIC under each of 4 "
+     "PCIe Gen5 switches, Intel Xeon",
+     "NVIDIA H100 PCIe product brief (PCIe Gen5 x16, 2 TB/s HBM2e); the switch layout is the "
+     "common 8-GPU PCIe server shape (an assumption, not one product)",
+     8, 90, 0, 0, false, false, 64, 4, 50, NodeSpec::Cpu::kIntel, 2000},
+};
+// clang-format on
+
+}  // namespace
+
 const std::vector<NodeSpec>& builtinNodes() {
   static const std::vector<NodeSpec> kNodes = [] {
     std::vector<NodeSpec> v;
-    NodeSpec h100;
-    h100.name = "dgx-h100";
-    h100.description =
-        "DGX H100 class: 8x H100 SXM (NVLink 4, 18 links) on 4 NVSwitches with NVLink SHARP, "
-        "8x 400 Gb/s ConnectX-7, PCIe Gen5, Intel Xeon";
-    h100.source =
-        "NVIDIA DGX H100 datasheet and DGX H100/H200 user guide (900 GB/s NVLink per GPU, 8 "
-        "single-port ConnectX-7 at 400 Gb/s for the compute fabric); H100 SXM datasheet (3.35 TB/s "
-        "HBM3)";
-    h100.gpus = 8;
-    h100.sm = 90;
-    h100.nvlinks = 18;
-    h100.nvlinkGBs = 25;
-    h100.nvswitch = true;
-    h100.nvls = true;
-    h100.pciGBs = 64;
-    h100.nics = 8;
-    h100.nicGBs = 50;
-    h100.hbmGBs = 3350;
-    v.push_back(h100);
-
-    NodeSpec h200 = h100;
-    h200.name = "dgx-h200";
-    h200.description = "DGX H200 class: the DGX H100 node with H200 GPUs (141 GB HBM3e)";
-    h200.source =
-        "NVIDIA H200 datasheet (4.8 TB/s HBM3e, NVLink 900 GB/s); DGX H100/H200 user "
-        "guide";
-    h200.hbmGBs = 4800;
-    v.push_back(h200);
-
-    NodeSpec b200 = h100;
-    b200.name = "dgx-b200";
-    b200.description =
-        "DGX B200 class: 8x B200 (NVLink 5, 18 links) on 2 NVSwitch chips with NVLink SHARP, "
-        "8x 400 Gb/s ConnectX-7, PCIe Gen5, Intel Xeon";
-    b200.source =
-        "NVIDIA DGX B200 datasheet (1.8 TB/s NVLink per GPU, 8 ConnectX-7 at 400 Gb/s, "
-        "8 TB/s HBM3e per GPU)";
-    b200.sm = 100;
-    b200.nvlinkGBs = 50;
-    b200.hbmGBs = 8000;
-    v.push_back(b200);
-
-    NodeSpec nvl72 = b200;
-    nvl72.name = "gb200-nvl72";
-    nvl72.description =
-        "GB200 NVL72 class: one NVLink domain of 72 Blackwell GPUs (18 trays of 4) on NVLink "
-        "switch trays with NVLink SHARP, one 400 Gb/s ConnectX-7 per GPU, Grace CPUs";
-    nvl72.source =
-        "NVIDIA GB200 NVL72 product page and datasheet (72 GPUs in one NVLink domain, "
-        "1.8 TB/s NVLink per GPU, 8 TB/s HBM3e); one ConnectX-7 per GPU as in the "
-        "reference compute tray";
-    nvl72.gpus = 72;
-    nvl72.cpu = NodeSpec::Cpu::kArm;
-    nvl72.nics = 72;
-    v.push_back(nvl72);
-
-    NodeSpec pcie = h100;
-    pcie.name = "pcie-h100";
-    pcie.description =
-        "PCIe server without NVLink: 8x H100 PCIe, two GPUs and one 400 Gb/s NIC under each of "
-        "4 PCIe Gen5 switches, Intel Xeon";
-    pcie.source =
-        "NVIDIA H100 PCIe product brief (PCIe Gen5 x16, 2 TB/s HBM2e); the switch "
-        "layout is the common 8-GPU PCIe server shape (an assumption, not one product)";
-    pcie.nvlinks = 0;
-    pcie.nvlinkGBs = 0;
-    pcie.nvswitch = false;
-    pcie.nvls = false;
-    pcie.nics = 4;
-    pcie.hbmGBs = 2000;
-    v.push_back(pcie);
-
+    for (const Builtin& b : kBuiltins) {
+      NodeSpec n;
+      n.name = b.name;
+      n.description = b.description;
+      n.source = b.source;
+      n.gpus = b.gpus;
+      n.sm = b.sm;
+      n.nvlinks = b.nvlinks;
+      n.nvlinkGBs = b.nvlinkGBs;
+      n.nvswitch = b.nvswitch;
+      n.nvls = b.nvls;
+      n.pciGBs = b.pciGBs;
+      n.nics = b.nics;
+      n.nicGBs = b.nicGBs;
+      n.cpu = b.cpu;
+      n.hbmGBs = b.hbmGBs;
+      v.push_back(n);
+    }
+    // CPU hosts: Loom on host memory, the runtime's model; rates given on the command line.
     NodeSpec host;
     host.name = "cpu-host";
     host.description =
@@ -290,9 +288,6 @@ const std::vector<NodeSpec>& builtinNodes() {
     host.hostMemory = true;
     host.gpus = 2;
     host.sm = 0;
-    host.nvlinks = 0;
-    host.nvlinkGBs = 0;
-    host.nvswitch = host.nvls = false;
     host.pciGBs = 16;
     host.nics = 1;
     host.nicGBs = 10.0 / 8;

@@ -178,68 +178,40 @@ double chainCost(const Ctx& c, double bytes, bool reduces, int interHops, int in
   return interHops * tInter + intraHops * tIntra + (k - 1) * std::max(tIntra, tInter);
 }
 
-// Direct exchange: every rank sends `block` bytes to each other rank at once. The host's NIC
-// carries P x (n - P) blocks; each rank's memory its 2 (P - 1) intra-host blocks; the sender posts
-// its inter-host messages one after the other when the machine says so. With `reduces` every
-// received block is reduced into the rank's own block: the receives run one after the other.
-double directPhase(const Ctx& c, double block, bool reduces) {
+// Direct exchanges: a rank sends `block` bytes to each other rank at once, or receives one from
+// each and reduces them into its own block. allSend: every rank does so (the exchanges of
+// AllReduce, ReduceScatter, AllGather, AllToAll: a host's NIC carries P x (n - P) blocks and each
+// rank's memory 2 (P - 1)); otherwise one root does (Broadcast, Reduce). The senders post their
+// inter-host messages one after the other when the machine says so. Reduced receives run in
+// turn, piece by piece (a piece of one peer's block waits for the same piece of the previous
+// peer's), so they pipeline over the pieces.
+double directFan(const Ctx& c, double block, bool reduces, bool allSend) {
   if (c.n <= 1 || block <= 0) return 0;
   const int local = c.P - 1, remote = c.n - c.P;
   const double k = c.pieces(block);
-  const double serial = c.m.serialInterAlphaPerRank ? 1 : 0;
+  const bool serial = c.m.serialInterAlphaPerRank;
+  const double senders = allSend ? c.P : 1, memBlocks = allSend ? 2 : 1;
+  const double nic = senders * remote * block / rate(c.m.nicBytesPerSec);
   if (reduces) {
-    // The receives reduce into one block: piece by piece in turn (a piece of one peer's block
-    // waits for the same piece of the previous peer's), so they pipeline over the pieces.
     const double piece = block / k;
     double rIntra = std::min(c.intraRate(2), c.fuse ? c.reduceRate(2) : kInf);
     double tIntra = c.m.intra.alphaSec + piece / rIntra + (c.fuse ? 0 : piece / c.reduceRate(3));
-    double tInter = c.m.inter.alphaSec + piece / c.interRate(c.P) + piece / c.reduceRate(1);
+    double tInter = c.m.inter.alphaSec + piece / c.interRate(senders) + piece / c.reduceRate(1);
     double chain = local * tIntra + remote * tInter +
                    (k - 1) * std::max(local ? tIntra : 0.0, remote ? tInter : 0.0);
-    if (remote > 0 && serial) chain += k * c.m.inter.alphaSec * (c.n - 1 - remote);
+    // Each sender's own messages to its host's ranks come first in its serial order.
+    if (allSend && remote > 0 && serial) chain += k * c.m.inter.alphaSec * local;
     double volume =
-        std::max({2.0 * local * block / c.mem, (c.n - 1) * block / c.reduce,
-                  static_cast<double>(c.P) * remote * block / rate(c.m.nicBytesPerSec)});
+        std::max({memBlocks * local * block / c.mem, (c.n - 1) * block / c.reduce, nic});
     return std::max(chain, volume);
   }
   double t = 0;
   if (local > 0)
-    t = std::max(t, k * c.m.intra.alphaSec +
-                        std::max(block / rate(c.m.intra.bytesPerSec), 2.0 * local * block / c.mem));
-  if (remote > 0) {
-    double alphas = c.m.inter.alphaSec * k * (serial ? remote : 1);
-    double nicBytes = static_cast<double>(c.P) * remote * block;
-    t = std::max(t, alphas + std::max(block / rate(c.m.inter.bytesPerSec),
-                                      nicBytes / rate(c.m.nicBytesPerSec)));
-  }
-  return t;
-}
-
-// A root sending `bytes` to every other rank at once (direct broadcast), or receiving from each
-// and reducing (direct reduce: the receives run one after the other).
-double directRooted(const Ctx& c, double bytes, bool reduces) {
-  const int local = c.P - 1, remote = c.n - c.P;
-  const double k = c.pieces(bytes);
-  const double serial = c.m.serialInterAlphaPerRank ? 1 : 0;
-  if (reduces) {
-    const double piece = bytes / k;
-    double rIntra = std::min(c.intraRate(2), c.fuse ? c.reduceRate(2) : kInf);
-    double tIntra = c.m.intra.alphaSec + piece / rIntra;
-    double tInter = c.m.inter.alphaSec + piece / c.interRate(1) + piece / c.reduceRate(1);
-    double chain = local * tIntra + remote * tInter +
-                   (k - 1) * std::max(local ? tIntra : 0.0, remote ? tInter : 0.0);
-    double volume =
-        std::max((c.n - 1) * bytes / c.reduce, remote * bytes / rate(c.m.nicBytesPerSec));
-    return std::max(chain, volume);
-  }
-  double t = 0;
-  if (local > 0)
-    t = std::max(t, k * c.m.intra.alphaSec +
-                        std::max(bytes / rate(c.m.intra.bytesPerSec), local * bytes / c.mem));
+    t = std::max(t, k * c.m.intra.alphaSec + std::max(block / rate(c.m.intra.bytesPerSec),
+                                                      memBlocks * local * block / c.mem));
   if (remote > 0)
     t = std::max(t, c.m.inter.alphaSec * k * (serial ? remote : 1) +
-                        std::max(bytes / rate(c.m.inter.bytesPerSec),
-                                 remote * bytes / rate(c.m.nicBytesPerSec)));
+                        std::max(block / rate(c.m.inter.bytesPerSec), nic));
   return t;
 }
 
@@ -370,7 +342,7 @@ double hierGather(const Ctx& c, double block, bool reduces) {
   CostMachine shared = c.m;
   if (shared.nicBytesPerSec > 0) shared.nicBytesPerSec /= c.P;
   Ctx inter(shared, c.H, c.H, c.piece);
-  return directPhase(intra, block * c.H, reduces) + directPhase(inter, block, reduces);
+  return directFan(intra, block * c.H, reduces, true) + directFan(inter, block, reduces, true);
 }
 
 // Binomial broadcast or reduce (binomial.cc): v = rank - root receives from v minus its lowest
@@ -536,7 +508,7 @@ Result<double> formulaCost(const std::string& algorithm, const CollArgs& args,
         return ringSteps(c, n - 1, block / ch, ch, true) +
                ringSteps(c, n - 1, block / ch, ch, false);
       if (a == "rd") return rdAllReduce(c, whole);
-      if (a == "direct") return directPhase(c, block, true) + directPhase(c, block, false);
+      if (a == "direct") return directFan(c, block, true, true) + directFan(c, block, false, true);
       if (a == "tree") return treeAllReduce(c, args, elemSize);
       if (a == "rhd")
         return foldCost(c, whole, true) + rhdPhase(c, whole, true) + rhdPhase(c, whole, false);
@@ -544,14 +516,14 @@ Result<double> formulaCost(const std::string& algorithm, const CollArgs& args,
       break;
     case CollKind::kAllGather:
       if (a == "ring") return ringSteps(c, n - 1, block / ch, ch, false);
-      if (a == "direct") return directPhase(c, block, false);
+      if (a == "direct") return directFan(c, block, false, true);
       if (a == "bruck") return bruckAllGather(c, block);
       if (a == "rhd") return foldCost(c, whole, false) + rhdPhase(c, whole, false);
       if (a == "hier") return hierGather(c, block, false);
       break;
     case CollKind::kReduceScatter:
       if (a == "ring") return ringSteps(c, n - 1, block / ch, ch, true);
-      if (a == "direct") return directPhase(c, block, true);
+      if (a == "direct") return directFan(c, block, true, true);
       if (a == "rhd") return foldCost(c, whole, true) + rhdPhase(c, whole, true);
       if (a == "hier") return hierGather(c, block, true);
       break;
@@ -559,14 +531,15 @@ Result<double> formulaCost(const std::string& algorithm, const CollArgs& args,
     case CollKind::kReduce: {
       const bool red = args.coll == CollKind::kReduce;
       if (a == "chain") return chainCost(c, whole, red, c.H - 1, n - c.H);
-      if (a == "direct") return directRooted(c, whole, red);
+      if (a == "direct") return directFan(c, whole, red, false);
       if (a == "binomial")
         return red ? binomialReduce(c, whole, args.root) : binomialBroadcast(c, whole, args.root);
       if (a == "hier") return chainCost(c, whole, red, c.H - 1, c.P - 1);
       break;
     }
     case CollKind::kAllToAll:
-      if (a == "pairwise") return directPhase(c, block, false) + block / std::min(c.copy, c.mem);
+      if (a == "pairwise")
+        return directFan(c, block, false, true) + block / std::min(c.copy, c.mem);
       if (a == "bruck") return bruckAllToAll(c, block);
       break;
     case CollKind::kSendRecv:
