@@ -22,25 +22,41 @@ size_t hierParts(size_t count) {
   return std::max<size_t>(1, std::min(kHierParts, count / kHierMinPartElems));
 }
 
+// The machine's links and ports (what the formulas read of a CostMachine beside the rates Ctx
+// derives), copied: a phase may price a host's ranks on a share of its NIC.
+struct Links {
+  LinkCost intra, inter;
+  double nicBytesPerSec = 0;
+  bool serialInterAlphaPerRank = false;
+};
+
 // The machine as the formulas see it, for one call.
 struct Ctx {
-  const CostMachine& m;
+  Links m;
   int n = 1, H = 1, P = 1;
   size_t piece = 0;      // bytes; 0: whole steps
   double mem = kInf;     // one rank's memory, all ranks of its host busy
   double reduce = kInf;  // one rank's reduction rate
   double copy = kInf;
   bool fuse = false;
+  double memRate = kInf, hostMem = kInf, hostRankMem = kInf;  // what mem derives from
 
   Ctx(const CostMachine& machine, int nranks, int hosts, size_t pieceBytes)
-      : m(machine), n(nranks), H(hosts), P(nranks / hosts), piece(pieceBytes) {
-    mem = rate(m.memBytesPerSec);
-    if (!m.hostRankMemBytesPerSec.empty()) mem = std::min(mem, rate(m.hostRankMemBytesPerSec[0]));
-    if (!m.hostMemBytesPerSec.empty()) mem = std::min(mem, rate(m.hostMemBytesPerSec[0]) / P);
-    reduce = rate(m.reduceBytesPerSec);
-    copy = rate(m.copyBytesPerSec);
-    fuse = m.fuseIntraRecvReduce;
+      : n(nranks), H(hosts), P(nranks / hosts), piece(pieceBytes) {
+    m = Links{machine.intra, machine.inter, machine.nicBytesPerSec,
+              machine.serialInterAlphaPerRank};
+    memRate = rate(machine.memBytesPerSec);
+    if (!machine.hostRankMemBytesPerSec.empty())
+      hostRankMem = rate(machine.hostRankMemBytesPerSec[0]);
+    if (!machine.hostMemBytesPerSec.empty()) hostMem = rate(machine.hostMemBytesPerSec[0]);
+    setMem();
+    reduce = rate(machine.reduceBytesPerSec);
+    copy = rate(machine.copyBytesPerSec);
+    fuse = machine.fuseIntraRecvReduce;
   }
+  // A rank's memory: its own rate, its share of its host's when the host has more ranks than
+  // cores.
+  void setMem() { mem = std::min({memRate, hostRankMem, hostMem / P}); }
   double pieces(double bytes) const {
     if (piece == 0 || bytes <= 0) return 1;
     return std::max(1.0, std::ceil(bytes / static_cast<double>(piece)));
@@ -312,19 +328,32 @@ double treeAllReduce(const Ctx& c, const CollArgs& args, size_t elemSize) {
   return up + down;
 }
 
+// The ranks of one host alone (the intra-host phases of the hierarchical algorithms).
+Ctx oneHost(const Ctx& c) {
+  Ctx intra = c;
+  intra.H = 1;
+  intra.n = c.P;
+  return intra;
+}
+
+// One rank per host, its NIC shared with its host's other ranks doing the same at once (the
+// inter-host phases of the hierarchical algorithms: every local index has its own).
+Ctx oneRankPerHost(const Ctx& c) {
+  Ctx inter = c;
+  if (inter.m.nicBytesPerSec > 0) inter.m.nicBytesPerSec /= c.P;
+  inter.n = c.H;
+  inter.P = 1;
+  inter.setMem();
+  return inter;
+}
+
 // Two-level: reduce-scatter inside each host (a ring of P), an allreduce (ring over H) of each
 // rank's slice with the ranks of the same local index, an allgather inside the host; pipelined
 // over parts.
 double hierAllReduce(const Ctx& c, const CollArgs& args, size_t elemSize) {
   const double bytes = static_cast<double>(args.count) * elemSize;
   const double parts = static_cast<double>(hierParts(args.count));
-  Ctx intra = c;
-  intra.H = 1;
-  intra.n = c.P;
-  // Inter-host rings of every local index run at once: P flows per NIC.
-  CostMachine shared = c.m;
-  if (shared.nicBytesPerSec > 0) shared.nicBytesPerSec /= c.P;
-  Ctx interShared(shared, c.H, c.H, c.piece);
+  const Ctx intra = oneHost(c), interShared = oneRankPerHost(c);
   double part = bytes / parts;
   double rs = ringSteps(intra, c.P - 1, part / c.P, 1, true);
   double ar = 2 * ringSteps(interShared, c.H - 1, part / (c.P * static_cast<double>(c.H)), 1, true);
@@ -336,12 +365,7 @@ double hierAllReduce(const Ctx& c, const CollArgs& args, size_t elemSize) {
 // Hierarchical AllGather / ReduceScatter: a direct exchange among the ranks of each local index
 // across hosts (every rank's rail at once) and a direct exchange of H blocks inside each host.
 double hierGather(const Ctx& c, double block, bool reduces) {
-  Ctx intra = c;
-  intra.H = 1;
-  intra.n = c.P;
-  CostMachine shared = c.m;
-  if (shared.nicBytesPerSec > 0) shared.nicBytesPerSec /= c.P;
-  Ctx inter(shared, c.H, c.H, c.piece);
+  const Ctx intra = oneHost(c), inter = oneRankPerHost(c);
   return directFan(intra, block * c.H, reduces, true) + directFan(inter, block, reduces, true);
 }
 

@@ -1,6 +1,6 @@
 // The closed-form costs against the simulation they stand in for, wherever both run: every
-// registered algorithm on two machines (a CPU cluster priced as the runtime prices it, and a GPU
-// cluster as loom-sim builds it), nine layouts from one to twelve hosts with odd sizes, three call
+// registered algorithm on two machines (CPU hosts as the runtime prices them, and DGX H100 nodes
+// as loom-sim builds them), nine layouts from one to twelve hosts with odd sizes, three call
 // sizes. What the planner needs from them is its choice: the algorithm the formulas pick must cost,
 // in the simulation, close to the simulation's own best.
 #include "algorithms/cost_formulas.h"
@@ -11,34 +11,28 @@
 #include <map>
 #include <string>
 
+#include "algorithms/cluster.h"
 #include "algorithms/planner.h"
 
 namespace loom {
 namespace {
 
-CostMachine cpuMachine() {
-  CostMachine m;
-  m.intra = LinkCost{2e-6, 5e9};
-  m.inter = LinkCost{20e-6, 1.25e9};
-  m.nicBytesPerSec = 1.25e9;
-  m.memBytesPerSec = 5e9;
-  m.reduceBytesPerSec = 4e9;
-  m.copyBytesPerSec = 5e9;
-  m.fuseIntraRecvReduce = true;
-  m.serialInterAlphaPerRank = true;
-  return m;
+// The machines the planner prices on: the runtime's for CPU hosts (hostCostMachine, a VM's rates)
+// and loom-sim's for DGX H100 nodes (clusterCostMachine), with `perHost` ranks on each of `hosts`.
+CostMachine cpuMachine(int hosts, int perHost) {
+  HostCluster h;
+  for (int r = 0; r < hosts * perHost; ++r) h.hostOf.push_back(r / perHost);
+  h.netBytesPerSec = 1.25e9;
+  h.netAlphaSec = 20e-6;
+  return hostCostMachine(h);
 }
 
-CostMachine gpuMachine() {
-  CostMachine m;
-  m.intra = LinkCost{3.4e-6, 370e9};
-  m.inter = LinkCost{14e-6, 50e9};
-  m.nicBytesPerSec = 400e9;
-  m.memBytesPerSec = 740e9;
-  m.reduceBytesPerSec = 1100e9;
-  m.copyBytesPerSec = 1600e9;
-  m.fuseIntraRecvReduce = true;
-  return m;
+CostMachine gpuMachine(int hosts, int perHost) {
+  ClusterSpec c;
+  c.node = builtinNode("dgx-h100").value();
+  c.node.gpus = perHost;
+  c.nodes = hosts;
+  return clusterCostMachine(c, TrafficPattern::kNeighbor);
 }
 
 struct Layout {
@@ -84,9 +78,7 @@ TEST(CostFormulas, TrackTheSimulationAndChooseAsWell) {
   for (int gpu = 0; gpu < 2; ++gpu) {
     for (const Layout& l : kLayouts) {
       const int n = l.hosts * l.perHost;
-      CostMachine m = gpu ? gpuMachine() : cpuMachine();
-      m.hostOf.clear();
-      for (int r = 0; r < n; ++r) m.hostOf.push_back(r / l.perHost);
+      CostMachine m = gpu ? gpuMachine(l.hosts, l.perHost) : cpuMachine(l.hosts, l.perHost);
       auto layout = layoutOf(l.hosts, l.perHost);
       for (size_t bytes : kSizes) {
         for (CollKind coll : kCollectives) {
@@ -133,8 +125,7 @@ TEST(CostFormulas, TrackTheSimulationAndChooseAsWell) {
 
 TEST(CostFormulas, ApplyOnlyToEvenConsecutiveHosts) {
   CollArgs a = callOf(CollKind::kAllReduce, 6, 1 << 20, layoutOf(2, 3));
-  CostMachine m = cpuMachine();
-  m.hostOf = {0, 0, 0, 1, 1, 1};
+  CostMachine m = cpuMachine(2, 3);
   EXPECT_TRUE(costFormulasApply(a, m));
   // Uneven hosts.
   a.layout = RankLayout::create({0, 0, 0, 0, 1, 1}).value();
@@ -155,8 +146,7 @@ TEST(CostFormulas, ApplyOnlyToEvenConsecutiveHosts) {
 
 TEST(CostFormulas, UnknownAlgorithmIsAnError) {
   CollArgs a = callOf(CollKind::kAllReduce, 4, 1 << 20, layoutOf(2, 2));
-  CostMachine m = cpuMachine();
-  m.hostOf = {0, 0, 1, 1};
+  CostMachine m = cpuMachine(2, 2);
   Result<double> f = formulaCost("bruck", a, m, 4, 0);  // Bruck is an AllGather, not AllReduce
   ASSERT_FALSE(f.isOk());
   EXPECT_NE(f.status().message().find("no closed-form cost for AllReduce bruck"), std::string::npos)
@@ -168,10 +158,7 @@ TEST(CostFormulas, UnknownAlgorithmIsAnError) {
 // at thousands of ranks (the figure of its speed is in the closing note, not a threshold here).
 TEST(CostFormulas, PlannerUsesThemAtScale) {
   const int hosts = 512, per = 8, n = hosts * per;
-  CostMachine m = gpuMachine();
-  m.hostOf.clear();
-  for (int r = 0; r < n; ++r) m.hostOf.push_back(r / per);
-  Planner p(m, layoutOf(hosts, per), 512 << 10);
+  Planner p(gpuMachine(hosts, per), layoutOf(hosts, per), 512 << 10);
   for (CollKind coll : kCollectives) {
     for (size_t bytes : {size_t{8}, size_t{64} << 20}) {
       Result<Plan> plan = p.choose(callOf(coll, n, bytes, nullptr), 4, AlgoFilter());
@@ -183,9 +170,7 @@ TEST(CostFormulas, PlannerUsesThemAtScale) {
     }
   }
   // At the simulated sizes the planner simulates.
-  CostMachine m8 = gpuMachine();
-  m8.hostOf.assign(8, 0);
-  Planner p8(m8, layoutOf(1, 8), 512 << 10);
+  Planner p8(gpuMachine(1, 8), layoutOf(1, 8), 512 << 10);
   Result<Plan> plan = p8.choose(callOf(CollKind::kAllReduce, 8, 1 << 20, nullptr), 4, AlgoFilter());
   ASSERT_TRUE(plan.isOk());
   EXPECT_STREQ(plan.value().pricing, "simulation");

@@ -12,6 +12,7 @@
 #include "loom/loom.h"
 #include "src/core/dtype.h"
 #include "src/core/params.h"
+#include "tools/cli.h"
 
 namespace loom {
 namespace perf {
@@ -69,10 +70,7 @@ bool personality(const char* argv0, CollKind* kind) {
   return false;
 }
 
-int usageError(const std::string& message) {
-  std::fprintf(stderr, "loom-perf: %s\nRun with --help for more information.\n", message.c_str());
-  return 2;
-}
+int usageError(const std::string& message) { return tools::usageError("loom-perf", message); }
 
 bool parseBytes(const std::string& text, const char* what, size_t* out, std::string* error) {
   int64_t v = 0;
@@ -214,15 +212,11 @@ int parseOptions(int argc, char** argv, Options* opts) {
       "Without -np, ranks come from mpirun (OMPI_COMM_WORLD_*), torchrun (WORLD_SIZE), or srun "
       "with LOOM_COMM_ID; otherwise one rank runs.");
 
-  try {
-    app.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return usageError(e.what());  // every usage error exits 2, its message named
-  }
+  // Every usage error exits 2, its message named.
+  if (int rc =
+          tools::parseCommandLine(app, static_cast<int>(cargv.size()), cargv.data(), "loom-perf");
+      rc >= 0)
+    return rc;
   if (opts->printParams) {
     std::fputs(formatParams().c_str(), stdout);
     return 0;

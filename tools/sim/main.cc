@@ -24,6 +24,7 @@
 #include "src/core/dtype.h"
 #include "src/core/params.h"
 #include "src/core/text.h"
+#include "tools/cli.h"
 #include "tools/perf/collectives.h"
 #include "tools/perf/options.h"
 #include "tools/perf/report.h"
@@ -35,12 +36,9 @@ namespace sim {
 namespace {
 
 constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
+using tools::kExitUsage;
 
-int usageError(const std::string& message) {
-  std::fprintf(stderr, "loom-sim: %s\nRun with --help for more information.\n", message.c_str());
-  return kExitUsage;
-}
+int usageError(const std::string& message) { return tools::usageError("loom-sim", message); }
 
 // One block of the output: what is predicted for every size.
 struct Block {
@@ -595,15 +593,7 @@ int main(int argc, char** argv) {
   app.add_option("--cores", o.cores, "CPU hosts: cores a host's ranks share");
   app.add_option("--memcpy-gbps", o.memcpyGbps, "CPU hosts: one core's copy rate, GB/s");
   app.add_option("--reduce-gbps", o.reduceGbps, "CPU hosts: one core's reduction rate, GB/s");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return loom::sim::usageError(e.what());
-  }
+  if (int rc = loom::tools::parseCommandLine(app, argc, argv, "loom-sim"); rc >= 0) return rc;
   o.loomCostsGiven = intraUs->count() > 0 || interUs->count() > 0;
   if (o.listMachines) {
     for (const loom::NodeSpec& n : loom::builtinNodes())

@@ -20,6 +20,7 @@
 
 #include "loom/loom.h"
 #include "src/core/params.h"
+#include "tools/cli.h"
 #include "tools/topo/report.h"
 #include "topology/discover.h"
 #include "topology/paths.h"
@@ -144,16 +145,7 @@ int main(int argc, char** argv) {
   app.add_option("--svg", svgOut, "Draw the graph to FILE as SVG (runs Graphviz's dot)");
   app.add_flag("--json", json, "Print the report as JSON");
   app.add_flag("--params", params, "Print every LOOM_* parameter with its value and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom-topo: %s\nRun with --help for more information.\n", e.what());
-    return kExitUsage;  // as loom-perf's usage errors
-  }
+  if (int rc = loom::tools::parseCommandLine(app, argc, argv, "loom-topo"); rc >= 0) return rc;
   if (params) {
     std::fputs(loom::formatParams().c_str(), stdout);
     return 0;
