@@ -17,40 +17,45 @@ constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 constexpr int kHwNvlink = 0, kHwPci = 1, kHwNet = 2;
 
 // NCCL 2.28's published tuning constants (src/graph/tuning.cc), microseconds and GB/s.
-constexpr double kBaseLat[kNcclAlgos][kNcclProtos] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0},
-                                                      {0, 0, 0},        {0, 0, 0},        {0, 0, 0},
-                                                      {8.0, 8.0, 8.0}};
-constexpr double kHwLat[3][kNcclAlgos][kNcclProtos] = {
-    // NVLink
-    {{0.6, 1.25, 4.0},
-     {0.6, 1.9, 3.4},
-     {0, 0, 3.7},
-     {0, 0, 2.8},
-     {0, 0, 25},
-     {0, 0, 25},
-     {0, 0, 4.0}},
-    // PCIe
-    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 3.7}, {0, 0, 2.8}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}},
-    // network
-    {{5.0, 8.5, 14},
-     {2.7, 4.0, 14.0},
-     {0, 0, 31},
-     {0, 0, 30},
-     {0, 0, 18},
-     {0, 0, 20.9},
-     {0, 0, 14}},
+constexpr NcclConstants kDefaults = {
+    // base latencies: tree, ring, collnet direct, collnet chain, NVLS, NVLS-tree, PAT x LL, LL128,
+    // Simple
+    {{6.8, 14.0, 8.4},
+     {6.6, 14.0, 8.4},
+     {0, 0, 0},
+     {0, 0, 0},
+     {0, 0, 0},
+     {0, 0, 0},
+     {8.0, 8.0, 8.0}},
+    // hardware latencies: NVLink, PCIe, network
+    {{{0.6, 1.25, 4.0},
+      {0.6, 1.9, 3.4},
+      {0, 0, 3.7},
+      {0, 0, 2.8},
+      {0, 0, 25},
+      {0, 0, 25},
+      {0, 0, 4.0}},
+     {{1.0, 1.9, 4.0},
+      {1.0, 2.5, 5.7},
+      {0, 0, 3.7},
+      {0, 0, 2.8},
+      {0, 0, 0},
+      {0, 0, 0},
+      {0, 0, 4.0}},
+     {{5.0, 8.5, 14},
+      {2.7, 4.0, 14.0},
+      {0, 0, 31},
+      {0, 0, 30},
+      {0, 0, 18},
+      {0, 0, 20.9},
+      {0, 0, 14}}},
+    // LL caps; rows Volta, Ampere, Hopper, Blackwell; columns 1 node, 2 nodes, more
+    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}},
+    {{20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 36.7}, {40.0, 40.0, 40.0}},
+    {{20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}},
+    {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}},
+    {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}},
 };
-// Rows: Volta, Ampere, Hopper, Blackwell; columns: 1 node, 2 nodes, more.
-constexpr double kLlMaxBw[4][3] = {
-    {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
-constexpr double kPerChMaxRingLL128Bw[4][3] = {
-    {20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 36.7}, {40.0, 40.0, 40.0}};
-constexpr double kPerChMaxTreeLL128Bw[4][3] = {
-    {20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}};
-constexpr double kPerChMaxTreeBw[4][3] = {
-    {26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
-constexpr double kPerChMaxNvlsTreeBw[4][3] = {
-    {26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
 constexpr double kNvlsEfficiency[4] = {0.0, 0.0, 0.85, 0.74};
 // Trees stray from the model at medium sizes: NCCL's correction per protocol, by
 // log2(bytes / 64) from 0 to 23.
@@ -256,10 +261,13 @@ bool parseNcclAlgo(const std::string& name, NcclAlgo* out) {
   return false;
 }
 
-Result<NcclModel> NcclModel::build(const ClusterSpec& cluster) {
+const NcclConstants& NcclConstants::defaults() { return kDefaults; }
+
+Result<NcclModel> NcclModel::build(const ClusterSpec& cluster, const NcclConstants* constants) {
   LOOM_TRY(cluster.validate());
   NcclModel m;
   m.cluster_ = cluster;
+  m.k_ = constants ? *constants : kDefaults;
   if (cluster.node.hostMemory) return m;  // NCCL runs on GPUs only: every time is < 0
   SearchView v = searchView(cluster);
   m.graphs_[kRing] = searchRingTree(v, false);
@@ -290,11 +298,11 @@ void NcclModel::fillTable(bool fabric, Table* t) const {
   const int index2 = nNodes <= 2 ? nNodes - 1 : 2;
   const bool amd = node.cpu == NodeSpec::Cpu::kAmd;
   const int index1 = nNodes == 1 ? cc : (amd ? 1 : 0);
-  const double llMaxBw = kLlMaxBw[index1][index2];
-  const double perChMaxTreeBw = kPerChMaxTreeBw[cc][index2];
-  const double perChMaxRingLL128Bw = kPerChMaxRingLL128Bw[cc][index2];
-  const double perChMaxTreeLL128Bw = kPerChMaxTreeLL128Bw[cc][index2];
-  const double perChMaxNvlsTreeBw = kPerChMaxNvlsTreeBw[cc][index2];
+  const double llMaxBw = k_.llMaxBws[index1][index2];
+  const double perChMaxTreeBw = k_.perChMaxTreeBws[cc][index2];
+  const double perChMaxRingLL128Bw = k_.perChMaxRingLL128Bws[cc][index2];
+  const double perChMaxTreeLL128Bw = k_.perChMaxTreeLL128Bws[cc][index2];
+  const double perChMaxNvlsTreeBw = k_.perChMaxNvlsTreeBws[cc][index2];
   const double ppn = static_cast<double>(nRanks) / nNodes;
   const double netOverhead = amd ? 2.0 : 1.0;
   // LL128 (on by default from Hopper on): NVLink inside the node (or one GPU), and across nodes a
@@ -377,18 +385,19 @@ void NcclModel::fillTable(bool fabric, Table* t) const {
         }
         if (busBw <= 0) continue;
         t->bw[ci][a][p] = busBw;
-        double lat = kBaseLat[a][p];
+        double lat = k_.baseLat[a][p];
         const int intraHw = g.nvlink ? kHwNvlink : kHwPci;
         const int hw = nNodes == 1 ? intraHw : kHwNet;
-        double intraLat = kHwLat[intraHw][a][p];
-        double interLat = (ppn == 1 ? kHwLat[kHwNet][kTree][p] : kHwLat[kHwNet][a][p]) + latInter;
+        double intraLat = k_.hwLat[intraHw][a][p];
+        double interLat =
+            (ppn == 1 ? k_.hwLat[kHwNet][kTree][p] : k_.hwLat[kHwNet][a][p]) + latInter;
         if (p == kSimple) interLat += latInter;  // the flush's round trip
         const int localRanks = nRanks / nNodes;
         if (a == kRing) {
-          double hwLat = kHwLat[hw][a][p];
+          double hwLat = k_.hwLat[hw][a][p];
           if (coll == CollKind::kReduce || coll == CollKind::kBroadcast) {
             // Rings of different channels (NCCL's sameChannels 0 on NVSwitch systems).
-            if (p == kSimple) hwLat = kHwLat[hw][kTree][p];
+            if (p == kSimple) hwLat = k_.hwLat[hw][kTree][p];
             lat += nsteps * (hwLat + (nNodes > 1 ? latInter : 0));
           } else {
             double overhead = nNodes > 1 ? netOverhead * (p == kSimple ? 3 : 1) : 0;
@@ -454,6 +463,26 @@ bool NcclModel::choose(CollKind coll, size_t bytes, NcclChoice* out) const {
         out->algo = static_cast<NcclAlgo>(a);
         out->proto = static_cast<NcclProto>(p);
         out->time = t;
+        found = true;
+      }
+    }
+  }
+  return found;
+}
+
+bool NcclModel::choosePredicted(CollKind coll, size_t bytes,
+                                const std::function<bool(NcclAlgo, NcclProto)>& allowed,
+                                NcclChoice* out) const {
+  bool found = false;
+  for (int a = 0; a < kNcclAlgos; ++a) {
+    for (int p = 0; p < kNcclProtos; ++p) {
+      const auto algo = static_cast<NcclAlgo>(a);
+      const auto proto = static_cast<NcclProto>(p);
+      if (allowed && !allowed(algo, proto)) continue;
+      NcclTime t = time(coll, algo, proto, bytes);
+      if (t.predictedUs < 0) continue;
+      if (!found || t.predictedUs < out->time.predictedUs) {
+        *out = NcclChoice{algo, proto, t};
         found = true;
       }
     }

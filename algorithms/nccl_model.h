@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "algorithms/cluster.h"
@@ -49,6 +50,19 @@ struct NcclGraph {
   bool nvlink = false;  // the graph's intra-node links are NVLink (else PCIe)
 };
 
+// NCCL's tuning constants (what NCCL 2.28 hands a v5 tuner plugin at init, in its layout): the
+// model starts from NCCL 2.28's published values (defaults()) and takes the ones NCCL reports.
+struct NcclConstants {
+  double baseLat[kNcclAlgos][kNcclProtos];
+  double hwLat[3][kNcclAlgos][kNcclProtos];  // NVLink, PCIe, network
+  double llMaxBws[4][3];                     // Volta, Ampere, Hopper, Blackwell x 1, 2, more nodes
+  double perChMaxRingLL128Bws[4][3];
+  double perChMaxTreeLL128Bws[4][3];
+  double perChMaxTreeBws[4][3];
+  double perChMaxNvlsTreeBws[4][3];
+  static const NcclConstants& defaults();
+};
+
 struct NcclTime {
   double ncclUs = -1;       // NCCL's own estimate; < 0: NCCL would not use this combination
   double predictedUs = -1;  // on the modelled fabric; < 0 with ncclUs
@@ -62,8 +76,9 @@ struct NcclChoice {
 
 class NcclModel {
  public:
-  // Errors: an invalid cluster (ClusterSpec::validate).
-  static Result<NcclModel> build(const ClusterSpec& cluster);
+  // Errors: an invalid cluster (ClusterSpec::validate). constants: NCCL's (null: the defaults).
+  static Result<NcclModel> build(const ClusterSpec& cluster,
+                                 const NcclConstants* constants = nullptr);
 
   // One (algorithm, protocol) for a call of `bytes` (nccl-tests' size: the whole buffer for
   // AllGather and ReduceScatter). SendRecv and AllToAll have no NCCL algorithm: always < 0.
@@ -71,6 +86,11 @@ class NcclModel {
   // NCCL's default choice: least NCCL-estimated time; false when nothing runs (one rank, or a
   // collective NCCL does not tune).
   bool choose(CollKind coll, size_t bytes, NcclChoice* out) const;
+  // The (algorithm, protocol) of least predicted time among those `allowed` accepts (all when
+  // null): what Loom's tuner plugin makes NCCL run. False when none runs.
+  bool choosePredicted(CollKind coll, size_t bytes,
+                       const std::function<bool(NcclAlgo, NcclProto)>& allowed,
+                       NcclChoice* out) const;
   // The best protocol of one algorithm by predicted time; false when the algorithm cannot run.
   bool bestProtocol(CollKind coll, NcclAlgo a, size_t bytes, NcclChoice* out) const;
 
@@ -88,6 +108,7 @@ class NcclModel {
   double tableTime(const Table& t, CollKind coll, NcclAlgo a, NcclProto p, size_t bytes) const;
 
   ClusterSpec cluster_;
+  NcclConstants k_{};
   std::array<NcclGraph, kNcclAlgos> graphs_{};
   Table nccl_, fabric_;
 };

@@ -18,7 +18,7 @@ command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 cmake -S "$ROOT" -B "$B" $gen $launcher -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_TESTS=ON \
   -DLOOM_CUDA_ARCHS=90
 cmake --build "$B" -j "$(nproc)" --target loom loom-perf loom-device-bw loom-topo \
-  collectives_tests nccl_net_loom loom_stackdump
+  collectives_tests nccl_net_loom nccl_tuner_loom loom_stackdump
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/lib-fallback" "$DEST/include/loom"
 # loom.h and a libloom.so link: loom_torch builds against the bundle there (LOOM_HOME=gpu-bundle).
@@ -26,6 +26,7 @@ cp "$ROOT/include/loom/loom.h" "$DEST/include/loom/"
 bins=("$B/tools/perf/loom-perf" "$B/tools/perf/loom-device-bw" "$B/tools/topo/loom-topo"
   "$B/tests/collectives/collectives_tests")
 libs=("$B/libloom.so.0" "$B/transports/ncclnet/plugin/libnccl-net-loom.so"
+  "$B/transports/ncclnet/tuner/libnccl-tuner-loom.so"
   "$B/tests/tools/libloom-stackdump.so")
 cp "${bins[@]}" "$DEST/bin/"
 cp -L "${libs[@]}" "$DEST/lib/"

@@ -21,7 +21,8 @@
 # 5. The collective matrix on device memory with a NULL stream and on streams (LOOMTEST_DEVICE=1,
 #    LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5).
 # 6. loom-perf all_gather, reduce_scatter and broadcast on device buffers at 2 and 4 ranks.
-# 7. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so.
+# 7. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so, with Loom's tuner
+#    found in the net plugin and then loaded as libnccl-tuner-loom.so (NCCL_TUNER_PLUGIN).
 # 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
 # (6b. loom_torch with CPU tensors, built against the machine's PyTorch: ops against gloo, DDP.)
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
@@ -104,6 +105,7 @@ if [ -x "$ROOT/gpu-bundle/bin/loom-perf" ]; then
     export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ROOT/gpu-bundle/lib-fallback
   fi
   PLUGIN=$ROOT/gpu-bundle/lib/libnccl-net-loom.so
+  TUNER=$ROOT/gpu-bundle/lib/libnccl-tuner-loom.so
   STACKDUMP=$ROOT/gpu-bundle/lib/libloom-stackdump.so
   if ! "$BIN/loom-perf" --help >/dev/null 2>&1; then
     note build FAIL "the bundle's loom-perf does not start here: $("$BIN/loom-perf" --help 2>&1 | head -2)"
@@ -118,7 +120,8 @@ else
   command -v ninja >/dev/null && gen="-G Ninja"
   step build 300 bash -c "cmake -S '$ROOT' -B '$B' $gen -DCMAKE_BUILD_TYPE=Release \
       -DLOOM_BUILD_TESTS=ON -DLOOM_CUDA_ARCHS=90 && cmake --build '$B' -j \$(nproc) --target \
-      loom loom-perf loom-device-bw loom-topo collectives_tests nccl_net_loom loom_stackdump" || {
+      loom loom-perf loom-device-bw loom-topo collectives_tests nccl_net_loom nccl_tuner_loom \
+      loom_stackdump" || {
     cat "$SUMMARY"
     exit 1
   }
@@ -127,6 +130,7 @@ else
   for t in tools/perf/loom-perf tools/perf/loom-device-bw tools/topo/loom-topo \
     tests/collectives/collectives_tests; do ln -sf "$B/$t" "$BIN/"; done
   PLUGIN=$B/transports/ncclnet/plugin/libnccl-net-loom.so
+  TUNER=$B/transports/ncclnet/tuner/libnccl-tuner-loom.so
   STACKDUMP=$B/tests/tools/libloom-stackdump.so
 fi
 
@@ -185,7 +189,7 @@ else
 fi
 
 # ---- 7. NCCL through the plugin ------------------------------------------------------------------------
-step nccl-plugin 120 "$ROOT/tools/nccl_plugin_gpu_check.sh" "$PLUGIN"
+step nccl-plugin 150 "$ROOT/tools/nccl_plugin_gpu_check.sh" "$PLUGIN" "$TUNER"
 
 # ---- 8. compute-sanitizer -------------------------------------------------------------------------------
 if command -v compute-sanitizer >/dev/null; then

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Real-NCCL check of libnccl-net-loom.so, for a machine with a GPU and NCCL:
-#   tools/nccl_plugin_gpu_check.sh [path/to/libnccl-net-loom.so]
+# Real-NCCL check of libnccl-net-loom.so and Loom's tuner, for a machine with a GPU and NCCL:
+#   tools/nccl_plugin_gpu_check.sh [path/to/libnccl-net-loom.so [path/to/libnccl-tuner-loom.so]]
 # Two ranks on one GPU, made to look like two hosts (distinct NCCL_HOSTID) so that NCCL connects
 # them through its network layer, i.e. through the plugin (NCCL_NET_PLUGIN=path, NCCL_NET=Loom).
-# Passes when each rank's AllReduce results are right and NCCL's log says it used Loom's network.
+# Passes when each rank's AllReduce results are right and NCCL's log says it used Loom's network,
+# twice: first with the tuner NCCL finds in the net plugin (no NCCL_TUNER_PLUGIN), then with
+# NCCL_TUNER_PLUGIN naming libnccl-tuner-loom.so; each time the log holds the tuner's decisions
+# (TUNER/Loom lines).
 # Exits 77 (skip) with the reason where there is no GPU, no NCCL or no compiler; 1 on a failure.
 # The network is Loom's choice (LOOM_NET from the environment: ib where an IB port is active,
 # else sockets).
 set -u
 here="$(cd "$(dirname "$0")/.." && pwd)"
 plugin="${1:-$here/build/transports/ncclnet/plugin/libnccl-net-loom.so}"
+tuner="${2:-$here/build/transports/ncclnet/tuner/libnccl-tuner-loom.so}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 nccl_home="${NCCL_HOME:-$cuda}"
 
@@ -111,26 +115,36 @@ else
 fi
 
 export LD_LIBRARY_PATH="$libdir:$cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NET_PLUGIN="$plugin" NCCL_NET=Loom NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
-pids=()
-for r in 0 1; do
-  NCCL_HOSTID="loom-plugin-check-host$r" timeout 300 "$work/allreduce" "$r" "$work/id" \
-    >"$work/rank$r.log" 2>&1 &
-  pids+=($!)
-done
-status=0
-for r in 0 1; do
-  wait "${pids[$r]}" || status=1
-done
-for r in 0 1; do
-  echo "---- rank $r (NCCL log lines about the network) ----"
-  grep -E "NET/Loom|Using network|via NET|RESULT|AllReduce|WARN|failed" "$work/rank$r.log" | head -40
-done
-[ "$status" -eq 0 ] || fail "a rank failed (logs above)"
-for r in 0 1; do
-  grep -q "RESULT OK" "$work/rank$r.log" || fail "rank $r did not finish its AllReduce checks"
-  grep -q "NET/Loom" "$work/rank$r.log" || fail "rank $r: no log line from the Loom plugin"
-  grep -qi "Using network Loom" "$work/rank$r.log" ||
-    fail "rank $r: NCCL did not report 'Using network Loom'"
-done
-echo "PASS: NCCL AllReduce between 2 ranks over libnccl-net-loom.so ($(grep -h -o 'plugin Loom over[^,]*' "$work/rank0.log" | head -1))"
+export NCCL_NET_PLUGIN="$plugin" NCCL_NET=Loom NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING
+# One run of the two ranks; $1 names it, the environment says which tuner NCCL takes.
+run_pair() {
+  local name=$1 pids=() status=0
+  for r in 0 1; do
+    NCCL_HOSTID="loom-plugin-check-host$r" timeout 300 "$work/allreduce" "$r" "$work/id.$name" \
+      >"$work/$name.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    wait "${pids[$r]}" || status=1
+  done
+  for r in 0 1; do
+    echo "---- $name: rank $r (NCCL log lines about the network and the tuner) ----"
+    grep -E "NET/Loom|TUNER/Loom|Using network|tuner|via NET|RESULT|AllReduce|WARN|failed" \
+      "$work/$name.rank$r.log" | head -40
+  done
+  [ "$status" -eq 0 ] || fail "$name: a rank failed (logs above)"
+  for r in 0 1; do
+    local log="$work/$name.rank$r.log"
+    grep -q "RESULT OK" "$log" || fail "$name: rank $r did not finish its AllReduce checks"
+    grep -q "NET/Loom" "$log" || fail "$name: rank $r: no log line from the Loom plugin"
+    grep -qi "Using network Loom" "$log" || fail "$name: rank $r: NCCL did not report 'Using network Loom'"
+    grep -q "TUNER/Loom" "$log" || fail "$name: rank $r: no log line from Loom's tuner"
+  done
+}
+run_pair net-route
+if [ -f "$tuner" ]; then
+  NCCL_TUNER_PLUGIN="$tuner" run_pair tuner-route
+else
+  fail "tuner not found: $tuner (build the nccl_tuner_loom target)"
+fi
+echo "PASS: NCCL AllReduce between 2 ranks over libnccl-net-loom.so ($(grep -h -o 'plugin Loom over[^,]*' "$work/net-route.rank0.log" | head -1)), Loom's tuner found in the net plugin and loaded as $(basename "$tuner"); its decisions: $(grep -h -o 'TUNER/Loom : AllReduce[^;]*' "$work/net-route.rank0.log" | head -2 | tr '\n' ' ')"

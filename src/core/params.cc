@@ -105,6 +105,14 @@ const Param kTuningFile{
     "Measured algorithm choices (written by loom-perf --tune) that override the "
     "cost model where they cover a call; a file for another rank layout is "
     "ignored with a warning"};
+const Param kTunerMachine{
+    "LOOM_TUNER_MACHINE", ParamType::kString, "",
+    "The NCCL tuner plugin's machine: a loom-sim built-in (dgx-h100, ...) or an NCCL topology "
+    "file; unset: NCCL_TOPO_FILE, else the machine discovered where NCCL runs"};
+const Param kTunerFile{"LOOM_TUNER_FILE", ParamType::kString, "",
+                       "Measured choices for the NCCL tuner plugin (NCCL's example tuner CSV: "
+                       "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
+                       "[,numPipeOps,regBuff]) that override its model where they match"};
 const Param kModelNetMbps{"LOOM_MODEL_NET_MBPS", ParamType::kInt, "0",
                           "Network bandwidth per host (Mbit/s) the cost model assumes; 0: the "
                           "ports' speed from the topology (10 Gbit/s when unknown)"};
@@ -213,6 +221,8 @@ const Param* const kAll[] = {&kDebug,
                              &kRingChannels,
                              &kPlanner,
                              &kTuningFile,
+                             &kTunerMachine,
+                             &kTunerFile,
                              &kModelNetMbps,
                              &kModelNetLatUs,
                              &kModelShmLatUs,

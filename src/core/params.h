@@ -88,6 +88,8 @@ extern const Param kShmMapped;
 extern const Param kShmMappedCma;
 extern const Param kPlanner;
 extern const Param kTuningFile;
+extern const Param kTunerMachine;
+extern const Param kTunerFile;
 extern const Param kModelNetMbps;
 extern const Param kModelNetLatUs;
 extern const Param kModelShmLatUs;

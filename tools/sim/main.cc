@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algorithms/cluster.h"
+#include "algorithms/cluster_file.h"
 #include "algorithms/nccl_model.h"
 #include "algorithms/planner.h"
 #include "loom/loom.h"
@@ -28,7 +29,6 @@
 #include "tools/perf/collectives.h"
 #include "tools/perf/options.h"
 #include "tools/perf/report.h"
-#include "tools/sim/machine.h"
 #include "tools/sim/plot.h"
 
 namespace loom {
@@ -42,7 +42,7 @@ int usageError(const std::string& message) { return tools::usageError("loom-sim"
 
 // One block of the output: what is predicted for every size.
 struct Block {
-  enum class Kind { kLoom, kLoomAuto, kNccl, kNcclChoice };
+  enum class Kind { kLoom, kLoomAuto, kNccl, kNcclChoice, kNcclWithTuner };
   Kind kind = Kind::kLoom;
   std::string name;  // as asked ("hier", "auto", "nccl", "nccl:ring")
   const AlgorithmInfo* loom = nullptr;
@@ -116,6 +116,10 @@ bool parseBlocks(const std::string& spec, CollKind coll, const NcclModel& nccl,
       out->push_back({Block::Kind::kNcclChoice, "nccl"});
       continue;
     }
+    if (n == "loom-tuner") {
+      out->push_back({Block::Kind::kNcclWithTuner, "loom-tuner"});
+      continue;
+    }
     if (n.rfind("nccl:", 0) == 0) {
       Block b{Block::Kind::kNccl, n};
       std::string algo = n.substr(5), proto;
@@ -145,7 +149,7 @@ bool parseBlocks(const std::string& spec, CollKind coll, const NcclModel& nccl,
     if (!a) {
       *error = fmt::format(
           "--algo {}: {} has no Loom algorithm of that name (Loom: {}; also auto, nccl, "
-          "nccl:ALGO[/PROTO], all)",
+          "nccl:ALGO[/PROTO], loom-tuner, all)",
           raw, collName(coll), loomNames);
       return false;
     }
@@ -207,9 +211,15 @@ class Simulator {
         if (!a) return p;
         return loomTime(*a, args);
       }
-      case Block::Kind::kNcclChoice: {
+      case Block::Kind::kNcclChoice:
+      case Block::Kind::kNcclWithTuner: {
+        // NCCL alone takes its own model's least time; with Loom's tuner plugin, the least
+        // predicted time (libnccl-tuner-loom.so decides with this model).
         NcclChoice ch;
-        if (!nccl_.choose(coll_, ncclBytes, &ch)) return p;
+        if (b.kind == Block::Kind::kNcclChoice
+                ? !nccl_.choose(coll_, ncclBytes, &ch)
+                : !nccl_.choosePredicted(coll_, ncclBytes, nullptr, &ch))
+          return p;
         p.us = ch.time.predictedUs;
         p.ran = fmt::format("{}/{}", ncclAlgoName(ch.algo), ncclProtoName(ch.proto));
         return p;
@@ -564,8 +574,9 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", o.root, "Root of broadcast and reduce")->capture_default_str();
   app.add_option("--algo", o.algo,
                  "Blocks to predict, comma separated: Loom's algorithms (ring, tree, hier, ...), "
-                 "auto (Loom's planner), nccl (NCCL's choice), nccl:ALGO[/PROTO] (ring, tree, "
-                 "nvls, nvls_tree, collnet_direct, collnet_chain, pat), all")
+                 "auto (Loom's planner), nccl (NCCL's choice), loom-tuner (NCCL with Loom's tuner "
+                 "plugin), nccl:ALGO[/PROTO] (ring, tree, nvls, nvls_tree, collnet_direct, "
+                 "collnet_chain, pat), all")
       ->capture_default_str();
   app.add_option("-J,--json", o.json, "Write the predictions as JSON (loom-perf's rows)");
   app.add_option("--svg", o.svg, "Plot busbw against size for every block to this SVG file");

@@ -75,7 +75,14 @@ typedef enum {
 } ncclDebugLogLevel;
 
 /* Subsystem flags passed to the logger (a subset; NCCL defines more). */
-enum { NCCL_INIT = 0x1, NCCL_P2P = 0x4, NCCL_NET = 0x10, NCCL_ENV = 0x80, NCCL_ALL = ~0 };
+enum {
+  NCCL_INIT = 0x1,
+  NCCL_P2P = 0x4,
+  NCCL_NET = 0x10,
+  NCCL_TUNING = 0x40,
+  NCCL_ENV = 0x80,
+  NCCL_ALL = ~0
+};
 
 /* NCCL's logger: printf-style. file/line name the caller. */
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file,

@@ -1,4 +1,4 @@
-#include "tools/sim/machine.h"
+#include "algorithms/cluster_file.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,6 @@
 #include "topology/xml.h"
 
 namespace loom {
-namespace sim {
 
 namespace {
 
@@ -44,6 +43,8 @@ std::vector<int> firstNode(const topo::Graph& g, const topo::Paths& paths,
   *nodesInFile = g.hostCount();
   return mine;
 }
+
+}  // namespace
 
 Result<Machine> machineFromGraph(const topo::Graph& g, const std::string& path) {
   Machine m;
@@ -105,8 +106,6 @@ Result<Machine> machineFromGraph(const topo::Graph& g, const std::string& path) 
   return m;
 }
 
-}  // namespace
-
 Result<Machine> loadMachine(const std::string& spec) {
   Result<NodeSpec> builtin = builtinNode(spec);
   if (builtin.isOk()) return Machine{builtin.value(), 1};
@@ -118,5 +117,4 @@ Result<Machine> loadMachine(const std::string& spec) {
   return machineFromGraph(g, spec);
 }
 
-}  // namespace sim
 }  // namespace loom

@@ -1,4 +1,5 @@
-// loom-sim's machines: a built-in name, or an NCCL topology file read into the node it describes.
+// A machine for the model (loom-sim, the NCCL tuner plugin): a built-in name, or an NCCL topology
+// file (or a discovered topology graph) read into the node it describes.
 #pragma once
 
 #include <string>
@@ -7,7 +8,9 @@
 #include "src/core/status.h"
 
 namespace loom {
-namespace sim {
+namespace topo {
+class Graph;
+}
 
 struct Machine {
   NodeSpec node;
@@ -22,6 +25,8 @@ struct Machine {
 // when that spans hosts (GB200 NVL72: the trays of one rack), else its first host; nodesInFile
 // counts them. Errors: an unknown name that is not a readable file, a file without GPUs.
 Result<Machine> loadMachine(const std::string& spec);
+// The same from a topology graph already in hand (a file's, or this machine's discovered one);
+// `name` names it in messages.
+Result<Machine> machineFromGraph(const topo::Graph& g, const std::string& name);
 
-}  // namespace sim
 }  // namespace loom
