@@ -17,9 +17,9 @@ loads_installed() {
 
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log" || {
   cat "$tmp/install.log"; fail "cmake --install failed"; }
-for f in include/loom/loom.h lib/libloom.so lib/libnccl-net-loom.so lib/pkgconfig/loom.pc \
-         lib/cmake/Loom/LoomConfig.cmake lib/cmake/Loom/LoomConfigVersion.cmake \
-         bin/loom-perf bin/loom-topo bin/all_reduce_perf; do
+for f in include/loom/loom.h lib/libloom.so lib/libnccl-net-loom.so lib/libnccl-tuner-loom.so \
+         lib/pkgconfig/loom.pc lib/cmake/Loom/LoomConfig.cmake lib/cmake/Loom/LoomConfigVersion.cmake \
+         bin/loom-perf bin/loom-topo bin/loom-sim bin/all_reduce_perf; do
   [ -e "$tmp/prefix/$f" ] || fail "not installed: $f"
 done
 
@@ -40,7 +40,7 @@ cc -o "$tmp/pc-consumer" "$src/tests/install/consumer/consumer.c" $flags -lpthre
 "$tmp/pc-consumer" || fail "the pkg-config program failed"
 
 # The installed tools, with their run paths.
-for t in loom-perf loom-topo; do
+for t in loom-perf loom-topo loom-sim; do
   ldd "$tmp/prefix/bin/$t" | grep -q "not found" && fail "$t: $(ldd "$tmp/prefix/bin/$t" | grep 'not found')"
 done
 loads_installed "$tmp/prefix/bin/loom-perf" ||
@@ -49,4 +49,6 @@ loads_installed "$tmp/prefix/bin/loom-perf" ||
   { cat "$tmp/perf.log"; fail "the installed all_reduce_perf failed"; }
 grep -q "Out of bounds values : 0 OK" "$tmp/perf.log" || { cat "$tmp/perf.log"; fail "wrong values"; }
 "$tmp/prefix/bin/loom-topo" > /dev/null 2>&1 || fail "the installed loom-topo failed"
+"$tmp/prefix/bin/loom-sim" all_reduce --topo dgx-h100 --nodes 2 -b 1M -e 1M > /dev/null 2>&1 ||
+  fail "the installed loom-sim failed"
 echo "install_test: find_package(Loom), pkg-config and the installed tools work"
