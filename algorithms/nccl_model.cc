@@ -213,7 +213,17 @@ NcclGraph searchHeads(const SearchView& v, int heads, bool nvls) {
   g.channels = heads;
   g.bwIntra = g.bwInter = speeds[i];
   if (nvls) {
-    while (i > 0 && g.bwInter < 2 * g.bwIntra && speeds[i - 1] <= net) g.bwInter = speeds[--i];
+    size_t j = i;
+    while (j > 0 && g.bwInter < 2 * g.bwIntra && speeds[j - 1] <= net) g.bwInter = speeds[--j];
+    // Across nodes, once the NICs stop the inter-node speed, the same pass raises the intra-node
+    // one (its generic branch) while the switch links carry it and it stays below twice the
+    // inter-node speed: Blackwell's NVLink takes 80 GB/s per head over 48 GB/s NICs.
+    if (v.nodes > 1) {
+      size_t k = i;
+      while (k > 0 && g.bwIntra < 2 * g.bwInter &&
+             (heads + headsPerGpu) * speeds[k - 1] <= v.gpuTotal + 1e-9)
+        g.bwIntra = speeds[--k];
+    }
   }
   return g;
 }
