@@ -369,13 +369,23 @@ double hierGather(const Ctx& c, double block, bool reduces) {
   return directFan(intra, block * c.H, reduces, true) + directFan(inter, block, reduces, true);
 }
 
+// binomial.cc's lowest set bit of v (v > 0), or the first power of two >= n for the root.
+int binomialBit(int v, int n) {
+  int low = 1;
+  if (v == 0) {
+    while (low < n) low <<= 1;
+  } else {
+    while (!(v & low)) low <<= 1;
+  }
+  return low;
+}
+
 // Binomial broadcast or reduce (binomial.cc): v = rank - root receives from v minus its lowest
 // set bit and sends to v + 2^k for every 2^k below it, largest subtree first, all at once. The
 // first piece's arrival is followed down the tree (a rank's sends share its NIC and memory, and
 // post their inter-host alphas one after the other when the machine says so); further pieces
 // follow at the pace of the busiest rank.
 double binomialBroadcast(const Ctx& c, double bytes, int root) {
-  const bool reduces = false;
   const double k = c.pieces(bytes);
   const double piece = bytes / k;
   const bool serial = c.m.serialInterAlphaPerRank;
@@ -383,42 +393,31 @@ double binomialBroadcast(const Ctx& c, double bytes, int root) {
   double last = 0, slowest = 0;
   auto real = [&](int v) { return (v + root) % c.n; };
   for (int v = 0; v < c.n; ++v) {
-    int low = 1;
-    if (v == 0) {
-      while (low < c.n) low <<= 1;
-    } else {
-      while (!(v & low)) low <<= 1;
-    }
+    const int low = binomialBit(v, c.n);
     int inter = 0, intra = 0;
     for (int d = low >> 1; d >= 1; d >>= 1)
       if (v + d < c.n) (c.sameHost(real(v), real(v + d)) ? intra : inter)++;
     if (inter + intra == 0) continue;
     const double interRate =
         std::min(rate(c.m.inter.bytesPerSec), rate(c.m.nicBytesPerSec) / std::max(1, inter));
-    double intraRate = std::min(rate(c.m.intra.bytesPerSec), c.mem / (intra + 1));
-    // Reductions: fused into an intra-host receive where the machine says so, else after it.
-    const bool fusedIntra = reduces && c.fuse;
-    if (fusedIntra) intraRate = std::min(intraRate, c.reduceRate(intra + 1));
-    const double red = reduces ? piece / c.reduceRate(intra + 1) : 0;
+    const double intraRate = std::min(rate(c.m.intra.bytesPerSec), c.mem / (intra + 1));
     int nthInter = 0;
     for (int d = low >> 1; d >= 1; d >>= 1) {
       if (v + d >= c.n) continue;
       double hop;
       if (c.sameHost(real(v), real(v + d))) {
-        hop = c.m.intra.alphaSec + piece / intraRate + (fusedIntra ? 0 : red);
+        hop = c.m.intra.alphaSec + piece / intraRate;
       } else {
         ++nthInter;
-        hop = c.m.inter.alphaSec * (serial ? nthInter : 1) + piece / interRate + red;
+        hop = c.m.inter.alphaSec * (serial ? nthInter : 1) + piece / interRate;
       }
       double t = arrival[static_cast<size_t>(v)] + hop;
       arrival[static_cast<size_t>(v + d)] = t;
       last = std::max(last, t);
     }
-    double busy = 0;
     if (inter > 0)
-      busy = std::max(busy, c.m.inter.alphaSec * (serial ? inter : 1) + piece / interRate);
-    if (intra > 0) busy = std::max(busy, c.m.intra.alphaSec + piece / intraRate);
-    slowest = std::max({slowest, busy, red * (inter + (fusedIntra ? 0 : intra))});
+      slowest = std::max(slowest, c.m.inter.alphaSec * (serial ? inter : 1) + piece / interRate);
+    if (intra > 0) slowest = std::max(slowest, c.m.intra.alphaSec + piece / intraRate);
   }
   return last + (k - 1) * slowest;
 }
@@ -440,12 +439,7 @@ double binomialReduce(const Ctx& c, double bytes, int root) {
   std::vector<double> ready(static_cast<size_t>(c.n), 0);
   double slowest = 0;
   for (int v = c.n - 1; v >= 0; --v) {
-    int low = 1;
-    if (v == 0) {
-      while (low < c.n) low <<= 1;
-    } else {
-      while (!(v & low)) low <<= 1;
-    }
+    const int low = binomialBit(v, c.n);
     // Per further piece: the reductions into the partial sum take turns (an intra-host receive
     // that reduces as it arrives holds the sum for all of it); inter-host pieces arrive in
     // staging at once, sharing the NIC.
