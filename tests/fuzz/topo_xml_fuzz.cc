@@ -74,153 +74,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifndef LOOM_LIBFUZZER
-#include <dirent.h>
-#include <sys/stat.h>
-
-#include <chrono>
-#include <fstream>
-#include <random>
-#include <vector>
-
-namespace {
-
-void addInputs(const std::string& path, std::vector<std::string>* out) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    std::fprintf(stderr, "topo_xml_fuzz: cannot read %s\n", path.c_str());
-    return;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    DIR* d = opendir(path.c_str());
-    if (d == nullptr) return;
-    std::vector<std::string> names;
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
-    }
-    closedir(d);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) addInputs(path + "/" + n, out);
-    return;
-  }
-  std::ifstream in(path, std::ios::binary);
-  out->emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng) {
-  static const char* const kTokens[] = {"<",
-                                        ">",
-                                        "/>",
-                                        "</pci>",
-                                        "<pci busid=\"0000:01:00.0\" class=\"0x060400\">",
-                                        "\"",
-                                        "=",
-                                        "<!--",
-                                        "-->",
-                                        "<nvlink target=\"fffffff:ff:ff.0\" count=\"18\"/>",
-                                        "&amp;",
-                                        "&#0;",
-                                        "\xff\xfe",
-                                        "<![CDATA[x]]>",
-                                        "<gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"1\">",
-                                        "</gpu>",
-                                        "<nic>",
-                                        "</nic>",
-                                        "<net name=\"n\" dev=\"0\" speed=\"400000\" gdr=\"1\"/>",
-                                        "version=\"2\"",
-                                        "<xgmi/>",
-                                        "-1",
-                                        "99999999999",
-                                        "0x",
-                                        "link_width=\"64\"",
-                                        "<cpu numaid=\"1\">",
-                                        "</cpu>",
-                                        "\n",
-                                        "<c2c bw=\"1e308\" count=\"2\"/>",
-                                        "<pcilink target=\"0000:01:00.0\"/>"};
-  const size_t kTokenCount = sizeof(kTokens) / sizeof(kTokens[0]);
-  std::string s = corpus[rng() % corpus.size()];
-  int edits = 1 + static_cast<int>(rng() % 6);
-  for (int e = 0; e < edits; e++) {
-    size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
-    switch (rng() % 7) {
-      case 0:  // flip a byte
-        if (!s.empty()) s[pos % s.size()] ^= static_cast<char>(1u << (rng() % 8));
-        break;
-      case 1:  // insert a token
-        s.insert(pos, kTokens[rng() % kTokenCount]);
-        break;
-      case 2:  // erase a range
-        if (!s.empty()) s.erase(pos % s.size(), 1 + rng() % 64);
-        break;
-      case 3:  // truncate
-        s.resize(pos);
-        break;
-      case 4: {  // duplicate a range (deepens nesting)
-        if (s.empty()) break;
-        size_t a = rng() % s.size();
-        size_t n = std::min<size_t>(1 + rng() % 512, s.size() - a);
-        s.insert(pos, s.substr(a, n));
-        break;
-      }
-      case 5: {  // splice with another input
-        const std::string& o = corpus[rng() % corpus.size()];
-        if (o.empty()) break;
-        s = s.substr(0, pos) + o.substr(rng() % o.size());
-        break;
-      }
-      default:  // random byte
-        s.insert(pos, 1, static_cast<char>(rng()));
-        break;
-    }
-    if (s.size() > (1u << 20)) s.resize(1u << 20);
-  }
-  return s;
-}
-
-}  // namespace
+#include "tests/fuzz/fuzz_driver.h"
 
 int main(int argc, char** argv) {
-  double seconds = 20;
-  long long iterations = 1000000;
-  unsigned long long seed = 1;
-  std::vector<std::string> corpus;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    if ((a == "--seconds" || a == "--iterations" || a == "--seed") && i + 1 < argc) {
-      const char* v = argv[++i];
-      if (a == "--seconds") seconds = std::atof(v);
-      if (a == "--iterations") iterations = std::atoll(v);
-      if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--iterations N] [--seed K] FILE_OR_DIR...\n",
-                   argv[0]);
-      return 2;
-    } else {
-      addInputs(a, &corpus);
-    }
-  }
+  const std::vector<std::string> tokens = {"<",
+                                           ">",
+                                           "/>",
+                                           "</pci>",
+                                           "<pci busid=\"0000:01:00.0\" class=\"0x060400\">",
+                                           "\"",
+                                           "=",
+                                           "<!--",
+                                           "-->",
+                                           "<nvlink target=\"fffffff:ff:ff.0\" count=\"18\"/>",
+                                           "&amp;",
+                                           "&#0;",
+                                           "\xff\xfe",
+                                           "<![CDATA[x]]>",
+                                           "<gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"1\">",
+                                           "</gpu>",
+                                           "<nic>",
+                                           "</nic>",
+                                           "<net name=\"n\" dev=\"0\" speed=\"400000\" gdr=\"1\"/>",
+                                           "version=\"2\"",
+                                           "<xgmi/>",
+                                           "-1",
+                                           "99999999999",
+                                           "0x",
+                                           "link_width=\"64\"",
+                                           "<cpu numaid=\"1\">",
+                                           "</cpu>",
+                                           "\n",
+                                           "<c2c bw=\"1e308\" count=\"2\"/>",
+                                           "<pcilink target=\"0000:01:00.0\"/>"};
   // Small hand-made seeds so that the driver is useful without files.
-  corpus.push_back("<system version=\"1\"><cpu numaid=\"0\"/></system>");
-  corpus.push_back(
+  std::vector<std::string> seeds = {
+      "<system version=\"1\"><cpu numaid=\"0\"/></system>",
       "<system version=\"1\"><cpu numaid=\"0\" vendor=\"GenuineIntel\"><pci busid=\"0000:01:00.0\" "
       "class=\"0x030200\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\"><gpu dev=\"0\" sm=\"80\" "
       "rank=\"0\" gdr=\"1\"/></pci><nic><net name=\"eth0\" dev=\"0\" speed=\"100000\"/></nic>"
-      "</cpu></system>");
-  for (const auto& c : corpus) runOne(c);
-  std::mt19937_64 rng(seed);
-  auto start = std::chrono::steady_clock::now();
-  long long n = 0;
-  for (; n < iterations; n++) {
-    if ((n & 63) == 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) {
-      break;
-    }
-    runOne(mutate(corpus, rng));
-  }
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf(
-      "topo_xml_fuzz: %zu seed input(s), %lld mutation(s) in %.1f s (seed %llu): no failure\n",
-      corpus.size(), n, took, seed);
-  return 0;
+      "</cpu></system>"};
+  return loomfuzz::fuzzMain(argc, argv, "topo_xml_fuzz", std::move(seeds), tokens, runOne);
 }
 #endif
