@@ -20,13 +20,42 @@ constexpr size_t kMaxPricedPiecesPerStep = 32;
 
 }  // namespace
 
+namespace {
+
+// An uneven layout too large to simulate, priced on its envelope: as many hosts, each holding as
+// many ranks as its largest, consecutive, the machine's rates those of host 0.
+Result<double> envelopeCost(const AlgorithmInfo& algorithm, const CollArgs& args,
+                            const CostMachine& machine, size_t elemSize, size_t piece) {
+  std::shared_ptr<const RankLayout> layout = effectiveLayout(args);
+  const int hosts = layout->nhosts(), per = layout->maxLocal();
+  std::vector<int> hostOf;
+  for (int r = 0; r < hosts * per; ++r) hostOf.push_back(r / per);
+  CollArgs env = args;
+  env.nranks = hosts * per;
+  LOOM_ASSIGN(env.layout, RankLayout::create(hostOf, {}, layout->channels()));
+  CostMachine m = machine;
+  m.hostOf = hostOf;
+  m.hostMemBytesPerSec.assign(static_cast<size_t>(hosts), machine.hostMemBytesPerSec.empty()
+                                                              ? 0
+                                                              : machine.hostMemBytesPerSec[0]);
+  m.hostRankMemBytesPerSec.assign(
+      static_cast<size_t>(hosts),
+      machine.hostRankMemBytesPerSec.empty() ? 0 : machine.hostRankMemBytesPerSec[0]);
+  return formulaCost(algorithm.name, env, m, elemSize, piece);
+}
+
+}  // namespace
+
 Result<double> priceAlgorithm(const AlgorithmInfo& algorithm, const CollArgs& args,
                               const CostMachine& machine, size_t elemSize, size_t pieceBytes,
                               bool* formulas) {
   const size_t piece = std::max(pieceBytes, callBytes(args, elemSize) / kMaxPricedPiecesPerStep);
-  const bool closed = args.nranks > kSimulatedRanks && costFormulasApply(args, machine);
+  const bool closed = args.nranks > kSimulatedRanks;
   if (formulas) *formulas = closed;
-  if (closed) return formulaCost(algorithm.name, args, machine, elemSize, piece);
+  if (closed)
+    return costFormulasApply(args, machine)
+               ? formulaCost(algorithm.name, args, machine, elemSize, piece)
+               : envelopeCost(algorithm, args, machine, elemSize, piece);
   Schedule s = buildSchedule(algorithm, args);
   LOOM_ASSIGN(CostEstimate e, estimateCost(s, machine, elemSize, piece));
   return e.seconds;

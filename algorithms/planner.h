@@ -46,12 +46,13 @@ struct TuningEntry {
   double measuredUs = 0;
 };
 
-// Communicators of more ranks than this are priced with the closed forms where they apply (hosts
-// of equal size): simulating every piece grows with ranks x steps.
+// Communicators of more ranks than this are priced with the closed forms: simulating every piece
+// grows with ranks x steps.
 inline constexpr int kSimulatedRanks = 64;
 
-// The model's price of one algorithm for args on machine (seconds): the closed forms above
-// kSimulatedRanks ranks where they apply, the simulation otherwise; *formulas says which.
+// The model's price of one algorithm for args on machine (seconds): above kSimulatedRanks ranks
+// the closed forms (on the layout's envelope, hosts of its largest host's size, where hosts are
+// uneven), the simulation otherwise; *formulas says which.
 // pieceBytes: the executor's (large calls are priced in at most 32 pieces per step). Errors: the
 // algorithm cannot be priced for this call.
 Result<double> priceAlgorithm(const AlgorithmInfo& algorithm, const CollArgs& args,

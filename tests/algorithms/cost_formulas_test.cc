@@ -169,6 +169,18 @@ TEST(CostFormulas, PlannerUsesThemAtScale) {
         EXPECT_GT(c.seconds, 0) << collName(coll) << " " << c.algorithm;
     }
   }
+  // Uneven hosts at scale: priced on their envelope (as many hosts, each as large as the
+  // largest), still by formulas.
+  std::vector<int> uneven;
+  for (int r = 0; r < n - 4; ++r) uneven.push_back(r / per);
+  CostMachine mu = gpuMachine(hosts, per);
+  mu.hostOf = uneven;
+  Planner pu2(mu, RankLayout::create(uneven).value(), 512 << 10);
+  Result<Plan> up =
+      pu2.choose(callOf(CollKind::kAllReduce, n - 4, 64 << 20, nullptr), 4, AlgoFilter());
+  ASSERT_TRUE(up.isOk()) << up.status().message();
+  EXPECT_STREQ(up.value().pricing, "formulas");
+  EXPECT_GT(up.value().predictedSec, 0);
   // At the simulated sizes the planner simulates.
   Planner p8(gpuMachine(1, 8), layoutOf(1, 8), 512 << 10);
   Result<Plan> plan = p8.choose(callOf(CollKind::kAllReduce, 8, 1 << 20, nullptr), 4, AlgoFilter());
