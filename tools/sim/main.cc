@@ -51,8 +51,9 @@ struct Block {
 };
 
 struct Prediction {
-  double us = -1;   // < 0: the algorithm does not run this call
-  std::string ran;  // what ran: "nvls/Simple", "hier", ...
+  double us = -1;       // < 0: the algorithm does not run this call
+  std::string ran;      // what ran: "nvls/Simple", "hier", ...
+  perf::Measurement m;  // us as nccl-tests reports it (time, algbw, busbw)
 };
 
 struct BlockResult {
@@ -336,12 +337,31 @@ int run(Options& o) {
 
   const perf::CollInfo& info = perf::collInfo(coll);
   const std::vector<size_t> sizes = perf::sweepSizes(sweep);
+  // Each size's counts and the first columns of its row, as loom-perf prints them.
+  std::vector<perf::CollCounts> counts;
+  std::vector<perf::Row> sizeRows;
+  for (size_t bytes : sizes) {
+    perf::CollCounts cc = perf::collCounts(coll, bytes, dataTypeSize(type), c.nranks());
+    perf::Row row;
+    row.bytes = std::max(cc.sendCount, cc.recvCount) * dataTypeSize(type);
+    row.count = cc.paramCount;
+    row.type = dataTypeName(type);
+    row.redop = info.hasOp ? redOpName(static_cast<loomRedOp_t>(op)) : "none";
+    row.root = info.hasRoot ? o.root : -1;
+    counts.push_back(cc);
+    sizeRows.push_back(row);
+  }
   std::vector<BlockResult> results;
   for (const Block& b : blocks) {
     BlockResult r{b, {}};
-    for (size_t bytes : sizes) {
-      perf::CollCounts cc = perf::collCounts(coll, bytes, dataTypeSize(type), c.nranks());
-      r.rows.push_back(sim.predict(b, cc.paramCount));
+    for (const perf::CollCounts& cc : counts) {
+      Prediction p = sim.predict(b, cc.paramCount);
+      if (p.us >= 0) {
+        p.m.timeUs = p.us;
+        perf::collBandwidth(coll, cc.paramCount, dataTypeSize(type), p.us * 1e-6, c.nranks(),
+                            &p.m.algBw, &p.m.busBw);
+      }
+      r.rows.push_back(std::move(p));
     }
     results.push_back(std::move(r));
   }
@@ -390,27 +410,17 @@ int run(Options& o) {
                        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)");
     int counted = 0;
     for (size_t si = 0; si < sizes.size(); ++si) {
-      perf::CollCounts cc = perf::collCounts(coll, sizes[si], dataTypeSize(type), c.nranks());
-      perf::Row row;
-      row.bytes = std::max(cc.sendCount, cc.recvCount) * dataTypeSize(type);
-      row.count = cc.paramCount;
-      row.type = dataTypeName(type);
-      row.redop = info.hasOp ? redOpName(static_cast<loomRedOp_t>(op)) : "none";
-      row.root = info.hasRoot ? o.root : -1;
+      const perf::Row& row = sizeRows[si];
       const Prediction& p = r.rows[si];
       if (p.us < 0) {
         out += perf::formatRowPrefix(row) +
                fmt::format("  {:>7}  {:>6}  {:>6}  {}\n", "-", "-", "-", "(does not run here)");
         continue;
       }
-      perf::Measurement m;
-      m.timeUs = p.us;
-      perf::collBandwidth(coll, cc.paramCount, dataTypeSize(type), p.us * 1e-6, c.nranks(),
-                          &m.algBw, &m.busBw);
-      std::string cols = perf::formatMeasurement(m);
+      std::string cols = perf::formatMeasurement(p.m);
       cols.resize(cols.size() - 7);  // no "#wrong" column ("  %5s"): nothing ran
       out += perf::formatRowPrefix(row) + cols + "  " + p.ran + "\n";
-      avgBus[bi] += m.busBw;
+      avgBus[bi] += p.m.busBw;
       ++counted;
     }
     if (counted) avgBus[bi] /= counted;
@@ -469,24 +479,20 @@ int run(Options& o) {
     nlohmann::json rows = nlohmann::json::array();
     for (const BlockResult& r : results) {
       for (size_t si = 0; si < sizes.size(); ++si) {
-        perf::CollCounts cc = perf::collCounts(coll, sizes[si], dataTypeSize(type), c.nranks());
+        const perf::Row& sr = sizeRows[si];
         const Prediction& p = r.rows[si];
         nlohmann::json row = {
             {"block", r.block.name},
-            {"size", std::max(cc.sendCount, cc.recvCount) * dataTypeSize(type)},
-            {"count", cc.paramCount},
-            {"type", dataTypeName(type)},
-            {"redop", info.hasOp ? redOpName(static_cast<loomRedOp_t>(op)) : "none"},
-            {"root", info.hasRoot ? o.root : -1},
+            {"size", sr.bytes},
+            {"count", sr.count},
+            {"type", sr.type},
+            {"redop", sr.redop},
+            {"root", sr.root},
             {"algorithm", p.us < 0 ? nlohmann::json(nullptr) : nlohmann::json(p.ran)}};
         if (p.us >= 0) {
-          perf::Measurement m;
-          m.timeUs = p.us;
-          perf::collBandwidth(coll, cc.paramCount, dataTypeSize(type), p.us * 1e-6, c.nranks(),
-                              &m.algBw, &m.busBw);
-          row["out_of_place"] = {{"time_us", m.timeUs},
-                                 {"algbw_gbps", m.algBw},
-                                 {"busbw_gbps", m.busBw},
+          row["out_of_place"] = {{"time_us", p.m.timeUs},
+                                 {"algbw_gbps", p.m.algBw},
+                                 {"busbw_gbps", p.m.busBw},
                                  {"wrong", nullptr}};
         } else {
           row["out_of_place"] = nullptr;
@@ -510,12 +516,7 @@ int run(Options& o) {
       s.name = r.block.name;
       for (size_t si = 0; si < sizes.size(); ++si) {
         const Prediction& p = r.rows[si];
-        if (p.us < 0) continue;
-        perf::CollCounts cc = perf::collCounts(coll, sizes[si], dataTypeSize(type), c.nranks());
-        perf::Measurement m;
-        perf::collBandwidth(coll, cc.paramCount, dataTypeSize(type), p.us * 1e-6, c.nranks(),
-                            &m.algBw, &m.busBw);
-        s.points.emplace_back(static_cast<double>(sizes[si]), m.busBw);
+        if (p.us >= 0) s.points.emplace_back(static_cast<double>(sizes[si]), p.m.busBw);
       }
       series.push_back(std::move(s));
     }
