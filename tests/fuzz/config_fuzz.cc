@@ -17,19 +17,14 @@
 #include "algorithms/algo_filter.h"
 #include "algorithms/tuning.h"
 #include "src/runtime/comm.h"
+#include "tests/fuzz/fuzz_driver.h"
 #include "topology/system.h"
 #include "transports/ncclnet/tuner/tuner_table.h"
 
 namespace {
 
 [[noreturn]] void die(const std::string& what, std::string_view input) {
-  if (FILE* f = std::fopen("config_fuzz_crash.bin", "wb")) {
-    std::fwrite(input.data(), 1, input.size(), f);
-    std::fclose(f);
-  }
-  std::fprintf(stderr, "config_fuzz: %s (input of %zu bytes kept in config_fuzz_crash.bin)\n",
-               what.c_str(), input.size());
-  std::abort();
+  loomfuzz::fail("config_fuzz", "config_fuzz_crash.bin", what, input);
 }
 
 void runOne(std::string_view input) {
@@ -86,7 +81,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifndef LOOM_LIBFUZZER
-#include "tests/fuzz/fuzz_driver.h"
 
 int main(int argc, char** argv) {
   // One valid input of each kind, made by the code that writes them.

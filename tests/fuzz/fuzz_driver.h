@@ -1,8 +1,9 @@
-// The plain fuzz driver for builds without libFuzzer (gcc): each file or directory given is run
+// What the fuzz targets share: fail(), which every target calls on a broken contract, and the
+// plain fuzz driver for builds without libFuzzer (gcc): each file or directory given is run
 // as-is, then mutations of those inputs (byte flips, tokens of the target's grammar inserted,
 // ranges erased or duplicated, truncations, splices of two inputs) from a fixed seed, until
 // --iterations or --seconds is reached, whichever comes first. A target includes this after its
-// LLVMFuzzerTestOneInput and calls fuzzMain from main():
+// LLVMFuzzerTestOneInput and calls fuzzMain from main() (fuzzMain is unused under libFuzzer):
 //   TARGET [--seconds 20] [--iterations 1000000] [--seed 1] FILE_OR_DIR...
 #pragma once
 
@@ -21,6 +22,20 @@
 #include <vector>
 
 namespace loomfuzz {
+
+// Keeps the whole input in crashFile, for reproduction (`TARGET --seconds 0 crashFile`), says
+// what broke with the input's first bytes, and aborts (the sanitizers and libFuzzer report it).
+[[noreturn]] inline void fail(const char* tool, const char* crashFile, const std::string& what,
+                              std::string_view input) {
+  if (FILE* f = std::fopen(crashFile, "wb")) {
+    std::fwrite(input.data(), 1, input.size(), f);
+    std::fclose(f);
+  }
+  std::fprintf(stderr, "%s: %s\ninput (%zu bytes, kept in %s): %.*s\n", tool, what.c_str(),
+               input.size(), crashFile, static_cast<int>(std::min<size_t>(input.size(), 400)),
+               input.data());
+  std::abort();
+}
 
 inline void addInputs(const char* tool, const std::string& path, std::vector<std::string>* out) {
   struct stat st;

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "tests/fuzz/fuzz_driver.h"
 #include "topology/paths.h"
 #include "topology/system.h"
 #include "topology/xml.h"
@@ -23,14 +24,7 @@
 namespace {
 
 [[noreturn]] void die(const std::string& what, std::string_view input) {
-  // The whole input, for reproduction: topo_xml_fuzz --seconds 0 topo_xml_fuzz_crash.xml
-  if (FILE* f = std::fopen("topo_xml_fuzz_crash.xml", "wb")) {
-    std::fwrite(input.data(), 1, input.size(), f);
-    std::fclose(f);
-  }
-  std::fprintf(stderr, "topo_xml_fuzz: %s\ninput (%zu bytes): %.*s\n", what.c_str(), input.size(),
-               static_cast<int>(std::min<size_t>(input.size(), 400)), input.data());
-  std::abort();
+  loomfuzz::fail("topo_xml_fuzz", "topo_xml_fuzz_crash.xml", what, input);
 }
 
 void runOne(std::string_view input) {
@@ -74,7 +68,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifndef LOOM_LIBFUZZER
-#include "tests/fuzz/fuzz_driver.h"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> tokens = {"<",
