@@ -293,6 +293,12 @@ Result<Graph> discoverLocal(HostInfo* info) {
   return g;
 }
 
+bool topologyFilesNamed() {
+  std::string from;
+  return !paramOrNccl(params::kTopoFile, "NCCL_TOPO_FILE", &from).empty() ||
+         !paramOrNccl(params::kTopoDumpFile, "NCCL_TOPO_DUMP_FILE", &from).empty();
+}
+
 Result<Graph> loadLocalTopology(HostInfo* info, std::string* source) {
   std::string from;
   std::string file = paramOrNccl(params::kTopoFile, "NCCL_TOPO_FILE", &from);

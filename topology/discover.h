@@ -57,6 +57,9 @@ Result<Graph> discoverLocal(HostInfo* info = nullptr);
 // format. Errors: an unreadable or invalid topology file, or an unwritable dump file. `info` (may
 // be null) is filled only by discovery; `source` (may be null) gets "file <path>" or "discovered".
 Result<Graph> loadLocalTopology(HostInfo* info = nullptr, std::string* source = nullptr);
+// True when the user named a topology file or a dump file (LOOM_ or NCCL_ TOPO_FILE or
+// TOPO_DUMP_FILE): then a failure of loadLocalTopology() is theirs to fix, not discovery's.
+bool topologyFilesNamed();
 
 // ---- helpers shared by the discovery sources (exposed for tests) ----
 

@@ -667,7 +667,9 @@ Status Bootstrap::pollFailure() {
     if (!recvAll(fds[k], &frame[0], frame.size(), Deadline(2000), s.abortFlags()).isOk()) continue;
     wire::Reader b(frame.data() + sizeof(hdr), len);
     Code code = static_cast<Code>(b.u32());
-    if (code != Code::kTimeout && code != Code::kAborted) code = Code::kRemote;
+    // Calls that differ between ranks keep their code on every rank (loomInvalidUsage).
+    if (code != Code::kTimeout && code != Code::kAborted && code != Code::kInvalidUsage)
+      code = Code::kRemote;
     std::string text = frame.substr(sizeof(hdr) + 4);
     return s.fail(Status(code, text), s.next.get(), true, -1);
   }

@@ -153,8 +153,7 @@ Result<EnvLaunch> launchFromEnv() {
       return LOOM_ERROR(kInvalidArgument,
                         "MASTER_ADDR and MASTER_PORT must both be set (or set LOOM_COMM_ID)");
     LOOM_ASSIGN(int64_t port, envInt("MASTER_PORT", 1, 65535));
-    LOOM_ASSIGN(int64_t offset, parseInt("LOOM_BOOTSTRAP_PORT_OFFSET",
-                                         params::kBootstrapPortOffset.str(), -65535, 65535));
+    const int64_t offset = params::kBootstrapPortOffset.asInt();  // checked: -65535 to 65535
     if (port + offset < 1 || port + offset > 65535)
       return LOOM_ERROR(kInvalidArgument,
                         "MASTER_PORT={} plus LOOM_BOOTSTRAP_PORT_OFFSET={} is not a valid port",

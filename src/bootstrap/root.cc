@@ -327,6 +327,8 @@ void Root::failAll() {
 
 void Root::run() {
   Deadline deadline(timeoutMs_);
+  const int64_t startNs = nowNs();
+  ProgressNotice notice(timeoutMs_);
   const int64_t handshakeNs = wire::handshakeTimeoutMs() * 1000000;
   LOOM_INFO(kSubBootstrap, "bootstrap root listening at {}", name_);
   while (true) {
@@ -337,6 +339,22 @@ void Root::run() {
     if (deadline.expired()) {
       failAll();
       break;
+    }
+    const int64_t waitedMs = (nowNs() - startNs) / 1000000;
+    if (notice.due(waitedMs)) {
+      std::string timeout =
+          timeoutMs_ > 0 ? fmt::format(" of {} (LOOM_TIMEOUT)", timeoutMs_ / 1000) : "";
+      if (nranks_ == 0) {
+        LOOM_WARN("bootstrap root {}: no rank checked in yet: {} s{}", name_, waitedMs / 1000,
+                  timeout);
+      } else {
+        std::vector<int> missing;
+        for (int r = 0; r < nranks_; ++r)
+          if (!byRank_[r]) missing.push_back(r);
+        LOOM_WARN("bootstrap root {}: waiting for ranks {} ({} of {} checked in): {} s{}", name_,
+                  wire::formatRanks(missing.data(), missing.size()), checkedIn(), nranks_,
+                  waitedMs / 1000, timeout);
+      }
     }
     std::vector<pollfd> pfds;
     pfds.push_back({listener_.get(), POLLIN, 0});

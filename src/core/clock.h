@@ -1,6 +1,7 @@
 // Monotonic time and deadlines. Every wait in Loom has a Deadline (LOOM_TIMEOUT by default).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -31,6 +32,29 @@ class Deadline {
  private:
   int64_t end_;
   int64_t timeoutMs_;
+};
+
+// When a long wait says that it still waits, so that a rank that never arrives is a line in the
+// log instead of minutes of silence: first after 10 s (a quarter of the timeout when that is
+// shorter), then every 30 s (or that quarter). due() is true once per notice; reset() after
+// progress starts the count again.
+class ProgressNotice {
+ public:
+  explicit ProgressNotice(int64_t timeoutMs) {
+    const int64_t quarter = timeoutMs > 0 ? timeoutMs / 4 : INT64_MAX;
+    first_ = std::max<int64_t>(1000, std::min<int64_t>(10000, quarter));
+    every_ = std::max<int64_t>(1000, std::min<int64_t>(30000, quarter));
+    next_ = first_;
+  }
+  bool due(int64_t waitedMs) {
+    if (waitedMs < next_) return false;
+    while (next_ <= waitedMs) next_ += every_;
+    return true;
+  }
+  void reset() { next_ = first_; }
+
+ private:
+  int64_t first_, every_, next_;
 };
 
 // LOOM_TIMEOUT in milliseconds (0 = forever).

@@ -26,6 +26,32 @@ std::string collSpecName(CollKind kind);
 // The collective whose collSpecName is name, ignoring case; false for any other name.
 bool collFromSpecName(const std::string& name, CollKind* out);
 
+// What one rank called, as ranks compare it to say how their calls differ. 16 bytes of plain
+// data: ranks of a host read each other's in shared memory.
+struct CallNote {
+  uint8_t coll = kNoCall;  // CollKind; kNoCall: none (yet); kGroup: a group of `count` calls
+  uint8_t dtype = 0;       // loomDataType_t
+  uint8_t op = 0;          // loomRedOp_t, for the collectives that reduce
+  uint8_t isSend = 0;      // SendRecv: a send (1) or a receive (0)
+  int32_t root = -1;       // the root of Broadcast and Reduce; SendRecv: the peer
+  uint64_t count = 0;      // the count the C call takes
+  static constexpr uint8_t kNoCall = 0xff;
+  static constexpr uint8_t kGroup = 0xfe;
+  bool operator==(const CallNote& o) const {
+    return coll == o.coll && dtype == o.dtype && op == o.op && isSend == o.isSend &&
+           root == o.root && count == o.count;
+  }
+};
+static_assert(sizeof(CallNote) == 16, "CallNote is shared between processes");
+
+// "AllReduce of 1024 float (sum)", "Broadcast of 64 int8 from root 2", "Send of 8 float to rank 1".
+std::string describeCall(const CallNote& call);
+// The one message of calls that differ between ranks, whichever path found it: "calls differ
+// between ranks: rank 1 called AllReduce of 1000 float (sum); rank 0 called AllReduce of 1024
+// float (sum)". theirs may be null (that rank's call is not known here, only that its message or
+// signature belongs to another call).
+std::string differentCalls(int theirRank, const CallNote* theirs, int myRank, const CallNote& mine);
+
 // AllReduce, Reduce and ReduceScatter combine the ranks' data with an op.
 inline bool collReduces(CollKind kind) {
   return kind == CollKind::kAllReduce || kind == CollKind::kReduce ||

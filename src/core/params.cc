@@ -13,16 +13,25 @@
 
 namespace loom {
 namespace params {
-const Param kDebug{"LOOM_DEBUG", ParamType::kString, "WARN",
-                   "Log level: NONE, WARN, INFO or TRACE"};
-const Param kDebugSubsys{"LOOM_DEBUG_SUBSYS", ParamType::kString, "ALL",
+
+constexpr int64_t kYearSeconds = 365LL * 24 * 3600;
+constexpr int64_t kHugeBytes = 1LL << 50;
+
+const Param kDebug{"LOOM_DEBUG", "WARN", "Log level: NONE, WARN, INFO or TRACE",
+                   ParamChoices{"NONE|WARN|INFO|TRACE|0"}};
+const Param kDebugSubsys{"LOOM_DEBUG_SUBSYS", "ALL",
                          "Subsystems logged at INFO/TRACE: comma list of INIT,NET,COLL,BOOTSTRAP,"
-                         "SHM,PLAN,TOPO,ENV,P2P or ALL; a leading ^ excludes"};
+                         "SHM,PLAN,TOPO,ENV,P2P or ALL; a leading ^ excludes",
+                         ParamChoices{"INIT|NET|COLL|BOOTSTRAP|SHM|PLAN|TOPO|ENV|P2P|ALL", true}};
 const Param kDebugFile{"LOOM_DEBUG_FILE", ParamType::kString, "",
                        "Write the log to this file instead of stderr (%h host, %p pid)"};
-const Param kTimeout{"LOOM_TIMEOUT", ParamType::kInt, "300",
+const Param kTimeout{"LOOM_TIMEOUT",
+                     ParamType::kInt,
+                     "300",
                      "Deadline in seconds of every wait (rendezvous, connection, collective); "
-                     "0 waits forever"};
+                     "0 waits forever",
+                     0,
+                     kYearSeconds};
 const Param kCommId{"LOOM_COMM_ID", ParamType::kString, "",
                     "host:port of the root rendezvous for launched jobs (as NCCL_COMM_ID); rank 0 "
                     "listens there"};
@@ -31,58 +40,119 @@ const Param kHostId{"LOOM_HOSTID", ParamType::kString, "",
 const Param kCommSecret{"LOOM_COMM_SECRET", ParamType::kString, "",
                         "Secret shared by the ranks of an environment-launched job; default is "
                         "derived from the job's address, size and job id"};
-const Param kBootstrapPortOffset{"LOOM_BOOTSTRAP_PORT_OFFSET", ParamType::kInt, "1",
+const Param kBootstrapPortOffset{"LOOM_BOOTSTRAP_PORT_OFFSET",
+                                 ParamType::kInt,
+                                 "1",
                                  "With torchrun's MASTER_ADDR/MASTER_PORT, Loom's root listens on "
-                                 "MASTER_PORT plus this offset"};
+                                 "MASTER_PORT plus this offset",
+                                 -65535,
+                                 65535};
 const Param kSocketIfname{"LOOM_SOCKET_IFNAME", ParamType::kString, "",
                           "Interfaces for sockets, NCCL_SOCKET_IFNAME grammar: prefix list, ^ "
                           "excludes, = exact (default: any but lo and docker, else lo)"};
-const Param kSocketFamily{"LOOM_SOCKET_FAMILY", ParamType::kString, "",
-                          "AF_INET or AF_INET6 to restrict the socket address family"};
-const Param kSocketNsocks{"LOOM_SOCKET_NSOCKS", ParamType::kInt, "2",
-                          "TCP sockets per connection; large messages are split across them"};
-const Param kSocketNthreads{"LOOM_SOCKET_NTHREADS", ParamType::kInt, "0",
+const Param kSocketFamily{"LOOM_SOCKET_FAMILY", "",
+                          "AF_INET or AF_INET6 to restrict the socket address family",
+                          ParamChoices{"AF_INET|AF_INET6|4|6"}};
+const Param kSocketNsocks{"LOOM_SOCKET_NSOCKS",
+                          ParamType::kInt,
+                          "2",
+                          "TCP sockets per connection; large messages are split across them",
+                          1,
+                          16};
+const Param kSocketNthreads{"LOOM_SOCKET_NTHREADS",
+                            ParamType::kInt,
+                            "0",
                             "Helper threads per connection that move the data sockets' bytes "
-                            "(0: the caller's progress loop moves them)"};
-const Param kSocketMinSplit{"LOOM_SOCKET_MIN_SPLIT", ParamType::kSize, "64K",
+                            "(0: the caller's progress loop moves them)",
+                            0,
+                            16};
+const Param kSocketMinSplit{"LOOM_SOCKET_MIN_SPLIT",
+                            ParamType::kSize,
+                            "64K",
                             "Messages at least this large are split across the sockets of a "
-                            "connection"};
-const Param kChunkSize{"LOOM_CHUNK_SIZE", ParamType::kSize, "512K",
-                       "Bytes per pipelined piece of a schedule step"};
-const Param kAllReduceRdMax{"LOOM_ALLREDUCE_RD_MAX", ParamType::kSize, "256K",
+                            "connection",
+                            0,
+                            kHugeBytes};
+const Param kChunkSize{"LOOM_CHUNK_SIZE",
+                       ParamType::kSize,
+                       "512K",
+                       "Bytes per pipelined piece of a schedule step",
+                       1024,
+                       1LL << 30};
+const Param kAllReduceRdMax{"LOOM_ALLREDUCE_RD_MAX",
+                            ParamType::kSize,
+                            "256K",
                             "AllReduce messages up to this size use recursive doubling (fewest "
-                            "steps), larger ones the ring (least traffic); 0: always the ring"};
-const Param kRingChannels{"LOOM_RING_CHANNELS", ParamType::kInt, "1",
+                            "steps), larger ones the ring (least traffic); 0: always the ring",
+                            0,
+                            kHugeBytes};
+const Param kRingChannels{"LOOM_RING_CHANNELS",
+                          ParamType::kInt,
+                          "1",
                           "Channels of the ring algorithms (read at communicator init): the data "
                           "is split into this many parts, each moved by its own ring, odd ones "
-                          "in the opposite direction; 1 to 64"};
-const Param kMaxInflight{"LOOM_MAX_INFLIGHT", ParamType::kInt, "32",
-                         "Outstanding network requests per connection and direction"};
-const Param kSpinUs{"LOOM_SPIN_US", ParamType::kInt, "100",
+                          "in the opposite direction; 1 to 64",
+                          1,
+                          64};
+const Param kMaxInflight{"LOOM_MAX_INFLIGHT",
+                         ParamType::kInt,
+                         "32",
+                         "Outstanding network requests per connection and direction",
+                         1,
+                         65536};
+const Param kSpinUs{"LOOM_SPIN_US",
+                    ParamType::kInt,
+                    "100",
                     "Microseconds a rank polls without progress (yielding the core between "
-                    "polls) before it sleeps in poll()"};
+                    "polls) before it sleeps in poll()",
+                    0,
+                    10000000};
 const Param kShmDisable{"LOOM_SHM_DISABLE", ParamType::kBool, "0",
                         "1: ranks on one host talk over sockets instead of shared memory"};
-const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY", ParamType::kInt, "1",
+const Param kShmSingleCopy{"LOOM_SHM_SINGLE_COPY",
+                           ParamType::kInt,
+                           "1",
                            "Large shared-memory messages read straight from the sender's buffer: "
                            "0 never (copy through the slots), 1 between threads of one process "
                            "(memcpy) and from loomMemAlloc buffers of other processes (mapped), 2 "
-                           "also any buffer of other processes (process_vm_readv, where allowed)"};
-const Param kShmSlotSize{"LOOM_SHM_SLOT_SIZE", ParamType::kSize, "64K",
-                         "Payload bytes of one slot of a shared-memory ring"};
-const Param kShmSlots{"LOOM_SHM_SLOTS", ParamType::kInt, "8",
-                      "Slots per shared-memory ring (one ring per ordered pair of local ranks)"};
-const Param kShmRtsMin{"LOOM_SHM_SINGLE_COPY_MIN", ParamType::kSize, "32K",
+                           "also any buffer of other processes (process_vm_readv, where allowed)",
+                           0,
+                           2};
+const Param kShmSlotSize{"LOOM_SHM_SLOT_SIZE",
+                         ParamType::kSize,
+                         "64K",
+                         "Payload bytes of one slot of a shared-memory ring",
+                         64,
+                         64LL << 20};
+const Param kShmSlots{"LOOM_SHM_SLOTS",
+                      ParamType::kInt,
+                      "8",
+                      "Slots per shared-memory ring (one ring per ordered pair of local ranks)",
+                      2,
+                      1024};
+const Param kShmRtsMin{"LOOM_SHM_SINGLE_COPY_MIN",
+                       ParamType::kSize,
+                       "32K",
                        "Shared-memory messages at least this large use single copy when it is "
-                       "available"};
-const Param kShmLlMax{"LOOM_SHM_LL_MAX", ParamType::kSize, "64K",
+                       "available",
+                       1,
+                       kHugeBytes};
+const Param kShmLlMax{"LOOM_SHM_LL_MAX",
+                      ParamType::kSize,
+                      "64K",
                       "Collectives whose ranks all share a host use the low-latency exchange (one "
                       "flag-synchronised copy, no rendezvous) when each rank contributes at most "
-                      "this many bytes; 0 disables it"};
-const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX", ParamType::kSize, "1G",
+                      "this many bytes; 0 disables it",
+                      0,
+                      64LL << 20};
+const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX",
+                          ParamType::kSize,
+                          "1G",
                           "Collectives whose ranks all share a host use the direct algorithms "
                           "(each rank reduces its slice straight from its peers) up to this "
-                          "size, the ring above it; 0: always the ring"};
+                          "size, the ring above it; 0: always the ring",
+                          0,
+                          kHugeBytes};
 const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
                        "Collectives whose ranks all share a host and whose buffers every rank can "
                        "reach (threads of one process, loomMemAlloc memory, or plain memory with "
@@ -113,13 +183,25 @@ const Param kTunerFile{"LOOM_TUNER_FILE", ParamType::kString, "",
                        "Measured choices for the NCCL tuner plugin (NCCL's example tuner CSV: "
                        "collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
                        "[,numPipeOps,regBuff]) that override its model where they match"};
-const Param kModelNetMbps{"LOOM_MODEL_NET_MBPS", ParamType::kInt, "0",
+const Param kModelNetMbps{"LOOM_MODEL_NET_MBPS",
+                          ParamType::kInt,
+                          "0",
                           "Network bandwidth per host (Mbit/s) the cost model assumes; 0: the "
-                          "ports' speed from the topology (10 Gbit/s when unknown)"};
-const Param kModelNetLatUs{"LOOM_MODEL_NET_LAT_US", ParamType::kInt, "30",
-                           "Per-message latency (us) of the network in the cost model"};
-const Param kModelShmLatUs{"LOOM_MODEL_SHM_LAT_US", ParamType::kInt, "2",
-                           "Per-message latency (us) of shared memory in the cost model"};
+                          "ports' speed from the topology (10 Gbit/s when unknown)",
+                          0,
+                          100000000};
+const Param kModelNetLatUs{"LOOM_MODEL_NET_LAT_US",
+                           ParamType::kInt,
+                           "30",
+                           "Per-message latency (us) of the network in the cost model",
+                           0,
+                           1000000};
+const Param kModelShmLatUs{"LOOM_MODEL_SHM_LAT_US",
+                           ParamType::kInt,
+                           "2",
+                           "Per-message latency (us) of shared memory in the cost model",
+                           0,
+                           1000000};
 const Param kAlgo{"LOOM_ALGO", ParamType::kString, "",
                   "Algorithms allowed, NCCL_ALGO grammar: 'ring,rd', '^direct', or per collective "
                   "'allreduce:ring,rd;allgather:ring'"};
@@ -143,23 +225,41 @@ const Param kIbverbsLib{"LOOM_IBVERBS_LIB", ParamType::kString, "libibverbs.so.1
 const Param kIbHca{"LOOM_IB_HCA", ParamType::kString, "",
                    "InfiniBand devices and ports to use, NCCL_IB_HCA grammar: mlx5_0:1,mlx5_1 "
                    "(prefixes), ^ excludes, = exact names (empty: every device)"};
-const Param kIbQpsPerConnection{"LOOM_IB_QPS_PER_CONNECTION", ParamType::kInt, "1",
+const Param kIbQpsPerConnection{"LOOM_IB_QPS_PER_CONNECTION",
+                                ParamType::kInt,
+                                "1",
                                 "Queue pairs per InfiniBand connection; large messages are split "
-                                "across them (1-16)"};
-const Param kIbGidIndex{"LOOM_IB_GID_INDEX", ParamType::kInt, "-1",
-                        "RoCE GID index (-1: choose a RoCE v2 IPv4 GID, else v2, else any)"};
-const Param kIbRoceVersion{"LOOM_IB_ROCE_VERSION_NUM", ParamType::kInt, "2",
-                           "RoCE version preferred by the automatic GID choice (1 or 2)"};
-const Param kIbTc{"LOOM_IB_TC", ParamType::kInt, "0", "InfiniBand/RoCE traffic class"};
-const Param kIbSl{"LOOM_IB_SL", ParamType::kInt, "0", "InfiniBand service level"};
-const Param kIbTimeout{"LOOM_IB_TIMEOUT", ParamType::kInt, "20",
-                       "InfiniBand local ack timeout exponent: 4.096 us x 2^value (1-31)"};
-const Param kIbRetryCnt{"LOOM_IB_RETRY_CNT", ParamType::kInt, "7",
-                        "InfiniBand transport retry count (0-7)"};
-const Param kIbPkey{"LOOM_IB_PKEY", ParamType::kInt, "0", "InfiniBand partition key index"};
-const Param kNetGdrLevel{"LOOM_NET_GDR_LEVEL", ParamType::kString, "PXB",
+                                "across them (1-16)",
+                                1,
+                                16};
+const Param kIbGidIndex{"LOOM_IB_GID_INDEX",
+                        ParamType::kInt,
+                        "-1",
+                        "RoCE GID index (-1: choose a RoCE v2 IPv4 GID, else v2, else any)",
+                        -1,
+                        255};
+const Param kIbRoceVersion{"LOOM_IB_ROCE_VERSION_NUM",
+                           ParamType::kInt,
+                           "2",
+                           "RoCE version preferred by the automatic GID choice (1 or 2)",
+                           1,
+                           2};
+const Param kIbTc{"LOOM_IB_TC", ParamType::kInt, "0", "InfiniBand/RoCE traffic class", 0, 255};
+const Param kIbSl{"LOOM_IB_SL", ParamType::kInt, "0", "InfiniBand service level", 0, 15};
+const Param kIbTimeout{"LOOM_IB_TIMEOUT",
+                       ParamType::kInt,
+                       "20",
+                       "InfiniBand local ack timeout exponent: 4.096 us x 2^value (1-31)",
+                       1,
+                       31};
+const Param kIbRetryCnt{
+    "LOOM_IB_RETRY_CNT", ParamType::kInt, "7", "InfiniBand transport retry count (0-7)", 0, 7};
+const Param kIbPkey{"LOOM_IB_PKEY", ParamType::kInt, "0", "InfiniBand partition key index", 0,
+                    65535};
+const Param kNetGdrLevel{"LOOM_NET_GDR_LEVEL", "PXB",
                          "Farthest GPU-NIC path at which GPUDirect RDMA is used: LOC, PIX, PXB, "
-                         "PHB or SYS (NCCL_NET_GDR_LEVEL's names)"};
+                         "PHB or SYS (NCCL_NET_GDR_LEVEL's names)",
+                         ParamChoices{"LOC|PIX|PXB|PHB|SYS|0|1|2|3|4"}};
 const Param kDmabufEnable{"LOOM_DMABUF_ENABLE", ParamType::kBool, "1",
                           "Register GPU memory through dma-buf when the driver and NIC support it"};
 const Param kIbGdrFlushDisable{"LOOM_IB_GDR_FLUSH_DISABLE", ParamType::kBool, "0",
@@ -183,11 +283,15 @@ const Param kDeviceGdr{
     "device buffers (GPUDirect RDMA) where every rank's network can and no two ranks of a host "
     "use shared memory; 0: staged through pinned host memory. Read at init; every rank must agree"};
 const Param kDeviceStageChunk{
-    "LOOM_DEVICE_STAGE_CHUNK", ParamType::kSize, "4M",
+    "LOOM_DEVICE_STAGE_CHUNK",
+    ParamType::kSize,
+    "4M",
     "Staged calls on CUDA device memory larger than this are pipelined in chunks of about this "
     "many bytes (device to host copy, the host collective and the copy back overlap); 0: each "
     "call is staged whole. Every rank must use the same value (read when the device runner "
-    "starts)"};
+    "starts)",
+    0,
+    kHugeBytes};
 
 const Param* const kAll[] = {&kDebug,
                              &kDebugSubsys,
@@ -250,10 +354,18 @@ const Param* const kAll[] = {&kDebug,
 
 namespace {
 
+// A parameter as read: the text in force (the environment's when valid, else the default), its
+// value for the typed ones, and why the environment's text was rejected.
+struct Resolved {
+  std::string text;
+  int64_t value = 0;
+  std::string rejected;
+};
+
 struct Cache {
   std::mutex mu;
   std::unordered_map<const Param*, std::pair<bool, std::string>> env;  // set?, text
-  std::unordered_map<const Param*, int64_t> ints;
+  std::unordered_map<const Param*, Resolved> resolved;
 };
 
 Cache& cache() {
@@ -278,8 +390,10 @@ const std::pair<bool, std::string>& envOf(Cache& c, const Param* p) {
 }
 
 bool parseBool(const std::string& s, int64_t* out) {
-  if (s == "1" || s == "true" || s == "TRUE" || s == "yes" || s == "on") return *out = 1, true;
-  if (s == "0" || s == "false" || s == "FALSE" || s == "no" || s == "off") return *out = 0, true;
+  for (const char* t : {"1", "true", "yes", "on"})
+    if (strcasecmp(s.c_str(), t) == 0) return *out = 1, true;
+  for (const char* f : {"0", "false", "no", "off"})
+    if (strcasecmp(s.c_str(), f) == 0) return *out = 0, true;
   return false;
 }
 
@@ -318,6 +432,69 @@ const char* typeName(ParamType t) {
   return "?";
 }
 
+// A size as a person writes it: 4K, 64M, 1G, else bytes.
+std::string sizeText(int64_t v) {
+  for (auto [shift, suffix] :
+       {std::make_pair(30, "G"), std::make_pair(20, "M"), std::make_pair(10, "K")})
+    if (v != 0 && v % (int64_t{1} << shift) == 0) return fmt::format("{}{}", v >> shift, suffix);
+  return std::to_string(v);
+}
+
+std::vector<std::string> choiceNames(const ParamChoices& c) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = c.names; *p; ++p) {
+    if (*p == '|') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += *p;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// The choice text matches (any case), as the choices spell it; empty when none does.
+std::string matchChoice(const std::vector<std::string>& names, const std::string& text) {
+  for (const auto& n : names)
+    if (strcasecmp(n.c_str(), text.c_str()) == 0) return n;
+  return std::string();
+}
+
+Resolved resolve(const Param& p, const std::pair<bool, std::string>& env) {
+  Resolved r;
+  r.text = p.defaultValue();
+  if (p.type() != ParamType::kString) parseTyped(p.type(), r.text, &r.value);
+  if (!env.first) return r;
+  int64_t value = 0;
+  r.rejected = p.check(env.second, &value);
+  if (!r.rejected.empty()) return r;
+  r.text = p.spelled(env.second);
+  r.value = value;
+  return r;
+}
+
+std::atomic<bool> gWarn{true};
+
+// Resolves p (once per reloadParams()); the warning for a rejected value is logged outside the
+// lock (the log reads LOOM_DEBUG through here).
+Resolved resolved(const Param& p) {
+  Cache& c = cache();
+  Resolved r;
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    auto it = c.resolved.find(&p);
+    if (it != c.resolved.end()) return it->second;
+    r = resolve(p, envOf(c, &p));
+    c.resolved.emplace(&p, r);
+  }
+  if (!r.rejected.empty() && gWarn.load(std::memory_order_relaxed))
+    LOOM_WARN("{}={} {}; using the default {}", p.name(), envOf(cache(), &p).second, r.rejected,
+              r.text.empty() ? std::string("(unset)") : r.text);
+  return r;
+}
+
 }  // namespace
 
 bool parseSize(const std::string& text, int64_t* out) {
@@ -338,8 +515,62 @@ bool parseSize(const std::string& text, int64_t* out) {
     mult = 1LL << 30;
   else
     return false;
+  if (v > (INT64_MAX / mult)) return false;
   *out = v * mult;
   return true;
+}
+
+std::string Param::allowed() const {
+  if (type_ == ParamType::kString) {
+    if (!choices_.names) return std::string();
+    std::vector<std::string> names = choiceNames(choices_);
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return choices_.list ? "a comma list of " + out + " (a leading ^ excludes)" : out;
+  }
+  if (type_ == ParamType::kBool) return "0/1, true/false, yes/no or on/off";
+  if (lo_ == INT64_MIN && hi_ == INT64_MAX) return std::string();
+  auto show = [&](int64_t v) {
+    return type_ == ParamType::kSize ? sizeText(v) : std::to_string(v);
+  };
+  return show(lo_) + " to " + show(hi_);
+}
+
+std::string Param::check(const std::string& text, int64_t* value) const {
+  if (type_ == ParamType::kString) {
+    if (!choices_.names || text.empty()) return std::string();
+    std::vector<std::string> names = choiceNames(choices_);
+    if (!choices_.list) {
+      if (!matchChoice(names, text).empty()) return std::string();
+      return "is not " + allowed();
+    }
+    std::string items = text[0] == '^' ? text.substr(1) : text;
+    size_t from = 0;
+    for (;;) {
+      size_t comma = items.find(',', from);
+      std::string item = items.substr(from, comma == std::string::npos ? comma : comma - from);
+      if (matchChoice(names, item).empty())
+        return fmt::format("names '{}', which is not one of {}", item, allowed());
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+    return std::string();
+  }
+  int64_t v = 0;
+  if (!parseTyped(type_, text, &v)) {
+    if (type_ == ParamType::kBool) return "is not a valid bool (" + allowed() + ")";
+    return fmt::format("is not a valid {}", typeName(type_));
+  }
+  if (v < lo_ || v > hi_) return "is out of range (" + allowed() + ")";
+  *value = v;
+  return std::string();
+}
+
+std::string Param::spelled(const std::string& text) const {
+  if (type_ != ParamType::kString || !choices_.names || choices_.list) return text;
+  std::string canon = matchChoice(choiceNames(choices_), text);
+  return canon.empty() ? text : canon;
 }
 
 bool Param::isSet() const {
@@ -348,38 +579,11 @@ bool Param::isSet() const {
   return envOf(c, this).first;
 }
 
-std::string Param::str() const {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lk(c.mu);
-  const auto& e = envOf(c, this);
-  return e.first ? e.second : std::string(default_);
-}
+std::string Param::str() const { return resolved(*this).text; }
 
-int64_t Param::asInt() const {
-  Cache& c = cache();
-  bool warn = false;
-  std::string bad;
-  int64_t value = 0;
-  {
-    std::lock_guard<std::mutex> lk(c.mu);
-    auto it = c.ints.find(this);
-    if (it != c.ints.end()) return it->second;
-    const auto& e = envOf(c, this);
-    int64_t def = 0;
-    parseTyped(type_, default_, &def);
-    value = def;
-    if (e.first && !parseTyped(type_, e.second, &value)) {
-      value = def;
-      warn = true;
-      bad = e.second;
-    }
-    c.ints[this] = value;
-  }
-  if (warn)
-    LOOM_WARN("{}={} is not a valid {}; using the default {}", name_, bad, typeName(type_),
-              default_);
-  return value;
-}
+int64_t Param::asInt() const { return resolved(*this).value; }
+
+std::string Param::rejected() const { return resolved(*this).rejected; }
 
 std::vector<ParamValue> allParams() {
   std::vector<ParamValue> out;
@@ -388,9 +592,16 @@ std::vector<ParamValue> allParams() {
     v.name = p->name();
     v.type = typeName(p->type());
     v.value = p->str();
-    v.source = p->isSet() ? "env" : "default";
+    v.rejected = p->rejected();
+    v.source = !p->isSet() ? "default" : v.rejected.empty() ? "env" : "invalid";
+    if (p->isSet()) {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lk(c.mu);
+      v.envText = envOf(c, p).second;
+    }
     v.defaultValue = p->defaultValue();
     v.description = p->description();
+    v.allowed = p->allowed();
     out.push_back(std::move(v));
   }
   return out;
@@ -399,13 +610,21 @@ std::vector<ParamValue> allParams() {
 std::string formatParams() {
   std::string out = fmt::format("# {:<28} {:<8} {:<16} {:<8} {:<10} {}\n", "Parameter", "Type",
                                 "Value", "Source", "Default", "Description");
+  std::string rejected;
   for (const auto& v : allParams()) {
-    out += fmt::format("  {:<28} {:<8} {:<16} {:<8} {:<10} {}\n", v.name, v.type,
+    out += fmt::format("  {:<28} {:<8} {:<16} {:<8} {:<10} {}{}\n", v.name, v.type,
                        v.value.empty() ? "\"\"" : v.value, v.source,
-                       v.defaultValue.empty() ? "\"\"" : v.defaultValue, v.description);
+                       v.defaultValue.empty() ? "\"\"" : v.defaultValue, v.description,
+                       v.allowed.empty() || v.type == "bool" ? "" : " [" + v.allowed + "]");
+    if (!v.rejected.empty())
+      rejected +=
+          fmt::format("#   {}={} {}: the default is in force\n", v.name, v.envText, v.rejected);
   }
+  if (!rejected.empty()) out += "# Rejected values:\n" + rejected;
   return out;
 }
+
+void setParamWarnings(bool on) { gWarn.store(on, std::memory_order_relaxed); }
 
 std::atomic<uint64_t> gParamsGeneration{1};
 
@@ -413,7 +632,7 @@ void reloadParams() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   c.env.clear();
-  c.ints.clear();
+  c.resolved.clear();
   gParamsGeneration.fetch_add(1, std::memory_order_acq_rel);
   logReconfigure();
 }

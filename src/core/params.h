@@ -12,42 +12,84 @@ namespace loom {
 
 enum class ParamType { kInt, kSize, kBool, kString };
 
+// The values a string parameter takes: names separated by '|', matched without regard to case
+// (an empty value is always allowed: it means the default). A list parameter takes a comma list
+// of them, optionally led by '^' (LOOM_DEBUG_SUBSYS's grammar).
+struct ParamChoices {
+  const char* names;
+  bool list = false;
+};
+
 class Param {
  public:
+  // lo and hi bound an int or size parameter (inclusive).
   constexpr Param(const char* name, ParamType type, const char* defaultValue,
-                  const char* description)
-      : name_(name), type_(type), default_(defaultValue), description_(description) {}
+                  const char* description, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX)
+      : name_(name),
+        type_(type),
+        default_(defaultValue),
+        description_(description),
+        lo_(lo),
+        hi_(hi) {}
+  constexpr Param(const char* name, const char* defaultValue, const char* description,
+                  ParamChoices choices)
+      : name_(name),
+        type_(ParamType::kString),
+        default_(defaultValue),
+        description_(description),
+        choices_(choices) {}
 
   const char* name() const { return name_; }
   ParamType type() const { return type_; }
   const char* defaultValue() const { return default_; }
   const char* description() const { return description_; }
+  // What the parameter accepts, in words ("1 to 16", "NONE, WARN, INFO or TRACE"); empty when any
+  // text of its type is.
+  std::string allowed() const;
 
   // True when the variable is set in the environment (to anything, even empty).
   bool isSet() const;
-  // The raw text in force: the environment's, or the default.
+  // The text in force: the environment's when it is valid, else the default.
   std::string str() const;
-  // Integer value; kSize accepts K/M/G suffixes (binary); kBool accepts 0/1/true/false/yes/no.
-  // A malformed value logs a warning once and gives the default.
+  // Integer value; kSize accepts K/M/G suffixes (binary); kBool accepts 0/1/true/false/yes/no/
+  // on/off.
   int64_t asInt() const;
   bool asBool() const { return asInt() != 0; }
+  // Why the environment's value was rejected (empty when it is valid or unset).
+  std::string rejected() const;
+
+  // Every value is checked when it is first read: a malformed or out-of-range one (or a string
+  // outside its choices) is one warning naming the variable, the value and the default used
+  // instead.
+  // Empty when text is a valid value (then *value holds it, for the typed ones); else why not.
+  std::string check(const std::string& text, int64_t* value) const;
+  // A valid single choice as the choices spell it (LOOM_DEBUG=info is INFO); other text as it is.
+  std::string spelled(const std::string& text) const;
 
  private:
   const char* name_;
   ParamType type_;
   const char* default_;
   const char* description_;
+  int64_t lo_ = INT64_MIN;
+  int64_t hi_ = INT64_MAX;
+  ParamChoices choices_{nullptr, false};
 };
 
 struct ParamValue {
-  std::string name, type, value, source, defaultValue, description;
+  // value: the text in force; source: "env", "default", or "invalid" (the environment's text,
+  // envText, was rejected for the reason in `rejected`, and the default is in force).
+  std::string name, type, value, source, defaultValue, description, allowed, envText, rejected;
 };
 
-// Every registered parameter with its value, source ("env" or "default") and default.
+// Every registered parameter with its value in force, its source and its default.
 std::vector<ParamValue> allParams();
 // Text table of allParams(), as `--params` prints it.
 std::string formatParams();
 void reloadParams();
+// Off: rejected values are not warned about by this copy of the registry. For a program that
+// links it beside libloom.so (loom-perf): the library's copy warns about what it reads, once.
+void setParamWarnings(bool on);
 // Incremented by every reloadParams(): a reader that caches values derived from parameters
 // rereads them when it changes. (Inline: the calls read it.)
 extern std::atomic<uint64_t> gParamsGeneration;

@@ -128,20 +128,30 @@ std::string localHostId() {
   return id;
 }
 
-const topo::Graph& localTopology() {
+const topo::Graph& localTopology(Status* error) {
   // Leaked on purpose (used until static teardown); computed once, whatever the thread.
-  static const topo::Graph* graph = [] {
+  struct Local {
+    topo::Graph graph;
+    Status error;
+  };
+  static const Local* local = [] {
+    auto* out = new Local();
     std::string source;
     auto g = topo::loadLocalTopology(nullptr, &source);
     if (!g.isOk()) {
-      LOOM_WARN("no topology: {}; continuing without device information", g.status().message());
-      return new topo::Graph();
+      if (topo::topologyFilesNamed())
+        out->error = g.status();
+      else
+        LOOM_WARN("no topology: {}; continuing without device information", g.status().message());
+      return out;
     }
     LOOM_INFO(kSubTopo, "topology from {}: {} nodes ({} GPUs, {} NICs)", source, g.value().size(),
               g.value().count(topo::NodeType::kGpu), g.value().count(topo::NodeType::kNic));
-    return new topo::Graph(std::move(g).value());
+    out->graph = std::move(g).value();
+    return out;
   }();
-  return *graph;
+  if (error) *error = local->error;
+  return local->graph;
 }
 
 Status Comm::buildSystem() {
@@ -216,7 +226,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   gethostname(host, sizeof(host) - 1);
   me.hostName = host;
   me.pid = getpid();
-  me.topo = topo::localRankTopo(localTopology(), me.hostId).serialize();
+  Status topoError;
+  const topo::Graph& graph = localTopology(&topoError);
+  LOOM_TRY(topoError);
+  me.topo = topo::localRankTopo(graph, me.hostId).serialize();
   // Only rank 0's speeds price schedules (buildPlanner); the other ranks do not measure, so that
   // their measurements do not take the cores rank 0 measures on (4 ranks on 2 cores gave 10.5-14
   // GB/s from one start to the next).
@@ -578,16 +591,7 @@ Status Comm::initShm() {
   int n = static_cast<int>(local.size());
   bool leader = me == 0;
   bool want = n > 1 && !params::kShmDisable.asBool();
-  shm::Options opts;
-  opts.slotBytes = static_cast<size_t>(std::max<int64_t>(64, params::kShmSlotSize.asInt()));
-  opts.slots = static_cast<int>(std::clamp<int64_t>(params::kShmSlots.asInt(), 2, 1024));
-  opts.llBytes = static_cast<size_t>(std::clamp<int64_t>(params::kShmLlMax.asInt(), 64, 64 << 20));
-  opts.rtsMin = static_cast<size_t>(std::max<int64_t>(1, params::kShmRtsMin.asInt()));
-  int64_t single = params::kShmSingleCopy.asInt();
-  opts.singleCopyThreads = single >= 1;
-  opts.singleCopyProcesses = single >= 2;
-  opts.singleCopyMapped = single >= 1;
-  opts.cmaOnePass = single >= 1 && params::kShmMapped.asBool() && params::kShmMappedCma.asBool();
+  shm::Options opts = shm::optionsFromParams();
   opts.yieldWhenIdle = yieldWhenIdle_;
   opts = shm::fitOptions(n, opts);
   size_t bytes = shm::segmentBytes(n, opts);
@@ -693,6 +697,18 @@ void Comm::fail(const Status& st) {
   failure_.report(rank_, st);
   registrations_.releaseHandles();
   connections_.close(/*withListener=*/true);
+}
+
+bool Comm::peerCall(int peer, CallNote* out) const {
+  if (!shm_) return false;
+  const shm::HostArea& area = shm_->area();
+  for (int i = 0; i < area.nlocal(); ++i)
+    if (area.peer(i).rank == peer) return *out = area.peerCall(i), true;
+  return false;
+}
+
+void Comm::noteCall(const CallNote& call) {
+  if (shm_) shm_->area().noteCall(call);
 }
 
 bool Comm::isClosedPeer(const Status& st) { return st.cause() == Cause::kPeerGone; }

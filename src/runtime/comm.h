@@ -62,9 +62,11 @@ struct PeerInfo {
 // This process's host identity: LOOM_HOSTID, else hostname plus the kernel boot id.
 std::string localHostId();
 
-// This host's topology (LOOM_TOPO_FILE, or discovery), computed once per process. When it cannot
-// be had, a warning says why and the graph is empty (the communicator still works).
-const topo::Graph& localTopology();
+// This host's topology (LOOM_TOPO_FILE, or discovery), computed once per process. When discovery
+// fails, a warning says why and the graph is empty (the communicator still works). A topology or
+// dump file the user named that cannot be read, parsed or written is an error: *error (when
+// given) gets it, every communicator's init fails with it, and the graph is empty.
+const topo::Graph& localTopology(Status* error = nullptr);
 
 class Comm {
  public:
@@ -111,6 +113,11 @@ class Comm {
   // alone, shared memory is disabled, or it could not be set up): its rings are in the transport
   // table, the low-latency path uses its exchange and the one pass its exchange and guard.
   shm::HostGroup* shm() const { return shm_.get(); }
+  // What rank `peer` of this host last noted it calls (runCall), read from shared memory; false
+  // for a rank of another host (its call is not known here).
+  bool peerCall(int peer, CallNote* out) const;
+  // Notes this rank's call for its peers of the host (peerCall).
+  void noteCall(const CallNote& call);
   // Every rank of this communicator shares this host and its shared memory.
   bool allLocal() const;
   // Every rank is a thread of this process (shared memory's finding; false without it).
@@ -194,6 +201,8 @@ class Comm {
   // What to add to such an error: the failure report that explains why the peer closed (it may
   // have failed because of another rank), waited for up to 250 ms, and the ranks known dead.
   std::string closedPeerHint();
+  // The failure another rank reported, waiting up to ms for it (OK when none came).
+  Status remoteFailure(int ms) { return failure_.awaitRemote(ms); }
   // st from a wait on shared-memory flags (the low-latency and one-pass paths), explained as
   // above and prefixed with what.
   Status explainLocalWait(Status st, const std::string& what);

@@ -229,8 +229,8 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
     return st;
   };
   uint64_t seq = comm_->nextLlSeq();
-  Status st =
-      ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), comm_->spinNs(), comm_->timeoutMs());
+  Status st = ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), callNote(op), comm_->spinNs(),
+                       comm_->timeoutMs());
   if (!st.isOk() && st.cause() == Cause::kMismatch)
     st = st.rewritten(st.code(), st.message() +
                                      " (or some ranks passed host memory and others CUDA device "
@@ -257,7 +257,7 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   if (otherProcesses || !sameGpu) {
     mine.reach = sameGpu || reachPeers(recs.data(), n, myPid) ? 1 : 0;
     seq = comm_->nextLlSeq();
-    st = ll.round(seq, &mine, sizeof(mine), roundSignature(op, 2), comm_->spinNs(),
+    st = ll.round(seq, &mine, sizeof(mine), roundSignature(op, 2), callNote(op), comm_->spinNs(),
                   comm_->timeoutMs());
     if (!st.isOk()) return failed(st);
     std::vector<Handles> all(static_cast<size_t>(n));
@@ -343,7 +343,8 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   // Last round: nobody returns (and lets its stream reuse its buffers) while a peer may still
   // read or write them.
   seq = comm_->nextLlSeq();
-  st = ll.round(seq, nullptr, 0, roundSignature(op, 3), comm_->spinNs(), comm_->timeoutMs());
+  st = ll.round(seq, nullptr, 0, roundSignature(op, 3), callNote(op), comm_->spinNs(),
+                comm_->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
   static std::once_flag logged;

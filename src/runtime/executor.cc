@@ -43,6 +43,17 @@ uint64_t opSignature(const OpArgs& op) {
       .value();
 }
 
+CallNote callNote(const OpArgs& op) {
+  CallNote c;
+  c.coll = static_cast<uint8_t>(op.coll);
+  c.dtype = static_cast<uint8_t>(op.dtype);
+  c.op = static_cast<uint8_t>(collReduces(op.coll) ? static_cast<int>(op.op) : 0);
+  c.isSend = op.isSend ? 1 : 0;
+  c.root = op.coll == CollKind::kSendRecv ? op.peer : collRooted(op.coll) ? op.root : -1;
+  c.count = op.count;
+  return c;
+}
+
 namespace {
 
 // The tag every message of an operation carries: a hash of what all ranks must agree on. A rank
@@ -207,6 +218,7 @@ class Executor {
     int64_t timeoutMs = 0;
     for (auto& cr : commRuns_) timeoutMs = std::max(timeoutMs, cr.comm->timeoutMs());
     int64_t lastProgress = nowNs();
+    ProgressNotice notice(timeoutMs);
     uint32_t idlePolls = 0;
     int64_t spinNs = 0;
     bool yield = false;
@@ -226,6 +238,7 @@ class Executor {
       }
       if (all) break;
       if (progressed) {
+        if (idlePolls > 0) notice.reset();
         idlePolls = 0;
         continue;
       }
@@ -247,12 +260,19 @@ class Executor {
           if (!cr.finished) finishWithError(cr, timeoutError(cr, timeoutMs));
         break;
       }
+      if (notice.due((now - lastProgress) / 1000000))
+        for (auto& cr : commRuns_)
+          if (!cr.finished)
+            LOOM_WARN("{}", waitingText(cr, (now - lastProgress) / 1000000, timeoutMs));
       // While the device works, look again soon: no transport wakes a sleep for it.
       if (now - lastProgress >= spinNs && (!dev_ || dev_->idle())) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;
           Status remote = cr.comm->pollRemoteFailure();
-          if (!remote.isOk()) finishWithError(cr, remote);
+          if (!remote.isOk()) {
+            const Run* r = runOf(cr);
+            finishWithError(cr, r ? withOwnCall(*r, remote) : remote);
+          }
         }
         wait();
       } else if (yield) {
@@ -409,7 +429,9 @@ class Executor {
         net::Transport* t = comm->transportFor(s.peer, s.channel);
         bool fused = false;
         if (s.kind == StepKind::kSend) {
-          LOOM_ASSIGN(void* sc, comm->connections().sendConn(s.peer, s.channel));
+          Result<void*> conn = comm->connections().sendConn(s.peer, s.channel);
+          if (!conn.isOk()) return connectError(*run, p, conn.status());
+          void* sc = conn.value();
           if (!sc) break;
           // Registered memory (loomCommRegister, or the scratch block) goes with its handle;
           // a transport that registers memory registers anything else per message.
@@ -417,7 +439,9 @@ class Executor {
           Status st = t->isend(sc, run->ptr(s.src), bytes, run->tag, mh, &req);
           if (!st.isOk()) return peerError(*run, p, st);
         } else {
-          LOOM_ASSIGN(void* rc, comm->connections().recvConn(s.peer, s.channel));
+          Result<void*> conn = comm->connections().recvConn(s.peer, s.channel);
+          if (!conn.isOk()) return connectError(*run, p, conn.status());
+          void* rc = conn.value();
           if (!rc) break;
           Status st;
           if (s.kind == StepKind::kRecvReduce && !run->device && t->supportsRecvReduce()) {
@@ -580,23 +604,69 @@ class Executor {
       if (cr.comm == r.comm && cr.error.isOk()) finishWithError(cr, st);
   }
 
+  // A connection to a peer that failed is refused or reset: the failure that peer reported (over
+  // the bootstrap ring, within moments) is the error, not the refusal.
+  Status connectError(const Run& r, uint32_t p, const Status& st) {
+    Status remote = r.comm->remoteFailure(250);
+    return remote.isOk() ? peerError(r, p, st) : withOwnCall(r, remote);
+  }
+
+  // Another rank's report that calls differ, with what this rank called: between hosts the rank
+  // that found it knows only its own call.
+  static Status withOwnCall(const Run& r, const Status& remote) {
+    if (remote.code() != Code::kInvalidUsage) return remote;
+    return remote.rewritten(Code::kInvalidUsage,
+                            fmt::format("{}; rank {} called {}", remote.message(), r.comm->rank(),
+                                        describeCall(callNote(r.args))));
+  }
+
+  // The run of cr this rank is in (for its call).
+  const Run* runOf(const CommRun& cr) const {
+    for (const Run& r : runs_)
+      if (r.comm == cr.comm) return &r;
+    return nullptr;
+  }
+
   Status peerError(const Run& r, uint32_t p, const Status& st) {
     const Step& s = r.sched->lowered.pieces[p].step;
     std::string hint;
     const std::string& m = st.message();
+    Code code = st.code() == Code::kAborted ? Code::kAborted : Code::kRemote;
     if (Comm::isClosedPeer(st)) {
       hint = r.comm->closedPeerHint();
-    } else if (st.cause() == Cause::kMismatch)
-      hint =
-          " (the ranks called different collectives, or with different counts, datatypes, ops "
-          "or roots)";
-    return st.rewritten(st.code() == Code::kAborted ? Code::kAborted : Code::kRemote,
+      // The peer closed because calls differ: every rank says so with the same code.
+      if (r.comm->remoteFailure(1).code() == Code::kInvalidUsage) {
+        code = Code::kInvalidUsage;
+        hint += fmt::format("; rank {} called {}", r.comm->rank(), describeCall(callNote(r.args)));
+      }
+    } else if (st.cause() == Cause::kMismatch) {
+      // One message and one code for calls that differ, whichever transport saw it.
+      CallNote theirs;
+      const bool known = r.comm->peerCall(s.peer, &theirs);
+      return st.rewritten(Code::kInvalidUsage,
+                          fmt::format("{}: {} ({} {}: {})", collName(r.args.coll),
+                                      differentCalls(s.peer, known ? &theirs : nullptr,
+                                                     r.comm->rank(), callNote(r.args)),
+                                      s.kind == StepKind::kSend ? "sending to" : "receiving from",
+                                      r.comm->describe(s.peer), m));
+    }
+    return st.rewritten(code,
                         fmt::format("{}: {} {}: {}{}", collName(r.args.coll),
                                     s.kind == StepKind::kSend ? "sending to" : "receiving from",
                                     r.comm->describe(s.peer), m, hint));
   }
 
-  Status timeoutError(const CommRun& cr, int64_t timeoutMs) {
+  // "AllReduce: no progress for 12 s of 300 (LOOM_TIMEOUT); waiting for ..." while it waits.
+  std::string waitingText(const CommRun& cr, int64_t waitedMs, int64_t timeoutMs) {
+    const Run* first = cr.inflight.empty() ? nullptr : cr.inflight.front().run;
+    return fmt::format(
+        "{}no progress for {} s{}{}",
+        first ? std::string(collName(first->args.coll)) + ": " : std::string(), waitedMs / 1000,
+        timeoutMs > 0 ? fmt::format(" of {} (LOOM_TIMEOUT)", timeoutMs / 1000) : std::string(),
+        waitingFor(cr));
+  }
+
+  std::string waitingFor(const CommRun& cr) {
     std::string waiting;
     int shown = 0;
     for (const auto& f : cr.inflight) {
@@ -607,7 +677,12 @@ class Executor {
       if (q.empty() || shown++ >= 4) continue;
       waiting += "; not yet posted: " + pieceWhat(*q.front().first, q.front().second);
     }
-    return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT){}", timeoutMs / 1000, waiting);
+    return waiting;
+  }
+
+  Status timeoutError(const CommRun& cr, int64_t timeoutMs) {
+    return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT){}", timeoutMs / 1000,
+                      waitingFor(cr));
   }
 
   void finishWithError(CommRun& cr, const Status& st) {

@@ -48,6 +48,8 @@ struct OpArgs {
 // A hash of what every rank must agree on for a collective: kind, count, datatype, and the op and
 // root where they matter. Ranks compare it to detect mismatched calls.
 uint64_t opSignature(const OpArgs& op);
+// What the call is, as ranks compare it to say how their calls differ (differentCalls).
+CallNote callNote(const OpArgs& op);
 
 // A lowered schedule with its dependency graph in CSR form, shared by every call with the same
 // shape. Immutable once built.

@@ -18,7 +18,8 @@ Status runLowLatency(Comm* comm, const OpArgs& op, const CallShape& shape) {
   size_t bytes = lowLatencyBytes(shape, me, n);
   uint64_t seq = comm->nextLlSeq();
   uint64_t signature = opSignature(op);
-  Status st = ll.round(seq, op.sendbuff, bytes, signature, comm->spinNs(), comm->timeoutMs());
+  Status st =
+      ll.round(seq, op.sendbuff, bytes, signature, callNote(op), comm->spinNs(), comm->timeoutMs());
   if (!st.isOk()) {
     st = comm->explainLocalWait(st, std::string(collName(op.coll)) + " (low-latency path)");
     comm->fail(st);

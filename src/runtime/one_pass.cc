@@ -238,8 +238,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     return st;
   };
   uint64_t seq = comm->nextLlSeq();
-  Status st =
-      ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), comm->spinNs(), comm->timeoutMs());
+  Status st = ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), callNote(op), comm->spinNs(),
+                       comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   std::vector<Record> recs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) std::memcpy(&recs[i], ll.buffer(i, seq), sizeof(Record));
@@ -311,7 +311,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
 
   // Round 2: nobody returns (and reuses its buffers) while a peer may still read or write them.
   seq = comm->nextLlSeq();
-  st = ll.round(seq, nullptr, 0, roundSignature(op, 2), comm->spinNs(), comm->timeoutMs());
+  st = ll.round(seq, nullptr, 0, roundSignature(op, 2), callNote(op), comm->spinNs(),
+                comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
   static std::once_flag logged;

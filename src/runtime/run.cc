@@ -16,6 +16,8 @@ void findSharedKinds(const OpArgs& op, int nranks, CallShape* s) {
 }
 
 Status runCall(Comm* comm, const OpArgs& op) {
+  // Peers of the host read it when their calls and this one differ (differentCalls).
+  comm->noteCall(callNote(op));
   const CallShape shape = shapeOf(op, comm->nranks(), /*grouped=*/false);
   // The exchange's offer first: a small call it takes is decided without building a Decision.
   LOOM_ASSIGN(const DispatchFacts* facts, comm->dispatchFacts());
@@ -41,6 +43,11 @@ Status runCall(Comm* comm, const OpArgs& op) {
 Status runCalls(const std::vector<QueuedOp>& calls) {
   if (calls.empty()) return Status();
   if (calls.size() == 1) return runCall(calls[0].comm, calls[0].args);
+  CallNote group;
+  group.coll = CallNote::kGroup;
+  group.count = calls.size();
+  for (const QueuedOp& q : calls)
+    q.comm->noteCall(group);
   std::vector<QueuedOp> scheduled;
   scheduled.reserve(calls.size());
   for (const QueuedOp& q : calls) {

@@ -149,7 +149,12 @@ TEST(EnvLaunch, MissingOrMalformed) {
   expectError(with(torch, {{"MASTER_ADDR", std::nullopt}, {"MASTER_PORT", std::nullopt}}),
               "MASTER_ADDR");
   expectError(with(torch, {{"MASTER_PORT", "65535"}}), "LOOM_BOOTSTRAP_PORT_OFFSET");
-  expectError(with(torch, {{"LOOM_BOOTSTRAP_PORT_OFFSET", "one"}}), "LOOM_BOOTSTRAP_PORT_OFFSET");
+  {
+    // A malformed offset is the registry's warning and the default (1), like any parameter.
+    auto r = launch(with(torch, {{"LOOM_BOOTSTRAP_PORT_OFFSET", "one"}}));
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    EXPECT_EQ(r.value().id.root.port(), std::stoi(*torch.at("MASTER_PORT")) + 1);
+  }
   expectError(with(torch, {{"LOOM_COMM_ID", "nonsense"}}), "LOOM_COMM_ID");
   expectError({{"OMPI_COMM_WORLD_RANK", "1"}, {"LOOM_COMM_ID", "127.0.0.1:1"}},
               "OMPI_COMM_WORLD_SIZE");

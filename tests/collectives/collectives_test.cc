@@ -2,6 +2,7 @@
 // and as processes, over shared memory (and, through the ctest variants in CMakeLists.txt, over
 // each other intra-host path and over sockets); plus bad input, rank failure, abort, split, groups.
 #include <dirent.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -529,9 +530,65 @@ TEST(BadInput, CountsThatDifferOnAScheduleNameTheLikelyCause) {
     return "";
   });
   EXPECT_EQ(all, "");
-  EXPECT_NE(messages.find("the ranks called different collectives, or with different counts"),
-            std::string::npos)
+  EXPECT_NE(
+      messages.find("calls differ between ranks: rank 1 called AllReduce of 3005 float (sum)"),
+      std::string::npos)
       << messages;
+}
+
+// Calls that differ between ranks fail every rank with loomInvalidUsage, whichever path runs
+// them, and the message says what each rank called: on one host both calls (the peer's is read
+// from shared memory), between hosts this rank's and that the peer's message is of another call.
+struct DifferingCase {
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> params;  // read at init
+  size_t count;
+  std::vector<const char*> expected;  // in some rank's message
+};
+
+void expectCallsDiffer(const DifferingCase& c) {
+  SCOPED_TRACE(c.name);
+  for (const auto& [k, v] : c.params) setParam(k, v);
+  ThreadRanks tr(3);
+  for (const auto& [k, v] : c.params) setParam(k, nullptr);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  std::mutex mu;
+  std::string messages;
+  std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    std::vector<float> a(2 * c.count + 8, 1.0f), b(2 * c.count + 8);
+    // Rank 1 reduces a different count with another op.
+    loomResult_t r = loomAllReduce(a.data(), b.data(), rank == 1 ? c.count + 5 : c.count,
+                                   loomFloat32, rank == 1 ? loomMax : loomSum, comm, nullptr);
+    std::lock_guard<std::mutex> lk(mu);
+    messages += std::string(loomGetLastError()) + "\n";
+    if (r != loomInvalidUsage)
+      return fmt::format("rank {}: {} instead of loomInvalidUsage: {}", rank, loomGetErrorString(r),
+                         loomGetLastError());
+    return "";
+  });
+  EXPECT_EQ(all, "");
+  for (const char* e : c.expected) EXPECT_NE(messages.find(e), std::string::npos) << messages;
+}
+
+TEST(BadInput, CallsThatDifferSayHowOnEveryPath) {
+  expectCallsDiffer({"low-latency exchange",
+                     {},
+                     100,
+                     {"calls differ between ranks: rank 1 called AllReduce of 105 float (max)",
+                      "called AllReduce of 100 float (sum)"}});
+  expectCallsDiffer({"schedule over shared memory",
+                     {{"LOOM_SHM_LL_MAX", "0"}, {"LOOM_SHM_MAPPED", "0"}, {"LOOM_ALGO", "ring"}},
+                     100000,
+                     {"calls differ between ranks: rank 1 called AllReduce of 100005 float (max)",
+                      "called AllReduce of 100000 float (sum)"}});
+  expectCallsDiffer(
+      {"schedule over sockets",
+       {{"LOOM_SHM_DISABLE", "1"}, {"LOOM_ALGO", "ring"}},
+       100000,
+       // Which rank sees a message of another call first depends on the rings' timing; the
+       // others learn it from that rank's report, and add their own call.
+       {"calls differ between ranks", "called AllReduce of 100005 float (max)",
+        "called AllReduce of 100000 float (sum)", "what rank", "failed: AllReduce: calls differ"}});
 }
 
 TEST(BadInput, StrangersOnTheBootstrapPortAreDropped) {

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "src/core/clock.h"
 #include "src/core/log.h"
@@ -86,6 +88,101 @@ TEST(Params, EnvironmentOverridesDefaultAndMalformedFallsBack) {
   reloadParams();
 }
 
+// What the log sink saw (the warnings of the checks below).
+std::vector<std::string>& sunk() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+
+void sink(LogLevel, uint32_t, const char*, int, const char* msg) { sunk().push_back(msg); }
+
+// Sets name=value, rereads the parameters and returns the one warning they logged on first read.
+template <typename Read>
+std::string warningOf(const char* name, const char* value, Read read) {
+  setenv(name, value, 1);
+  reloadParams();
+  sunk().clear();
+  setLogSink(sink, LogLevel::kWarn);
+  read();
+  read();  // a second read does not warn again
+  setLogSink(nullptr, LogLevel::kWarn);
+  unsetenv(name);
+  reloadParams();
+  if (sunk().size() != 1) return fmt::format("{} warnings", sunk().size());
+  return sunk()[0];
+}
+
+TEST(Params, OutOfRangeValuesWarnOnceAndUseTheDefault) {
+  int64_t got = -1;
+  std::string w = warningOf("LOOM_CHUNK_SIZE", "0", [&] { got = params::kChunkSize.asInt(); });
+  EXPECT_EQ(got, 512 * 1024);
+  EXPECT_EQ(w, "LOOM_CHUNK_SIZE=0 is out of range (1K to 1G); using the default 512K");
+  w = warningOf("LOOM_TIMEOUT", "-5", [&] { got = params::kTimeout.asInt(); });
+  EXPECT_EQ(got, 300);
+  EXPECT_EQ(w, "LOOM_TIMEOUT=-5 is out of range (0 to 31536000); using the default 300");
+  w = warningOf("LOOM_SOCKET_NSOCKS", "100", [&] { got = params::kSocketNsocks.asInt(); });
+  EXPECT_EQ(got, 2);
+  EXPECT_NE(w.find("LOOM_SOCKET_NSOCKS=100 is out of range (1 to 16)"), std::string::npos) << w;
+  w = warningOf("LOOM_SHM_SLOTS", "0", [&] { got = params::kShmSlots.asInt(); });
+  EXPECT_EQ(got, 8);
+  EXPECT_NE(w.find("(2 to 1024)"), std::string::npos) << w;
+  w = warningOf("LOOM_RING_CHANNELS", "1000", [&] { got = params::kRingChannels.asInt(); });
+  EXPECT_EQ(got, 1);
+  EXPECT_NE(w.find("LOOM_RING_CHANNELS=1000"), std::string::npos) << w;
+  w = warningOf("LOOM_SHM_MAPPED", "maybe", [&] { got = params::kShmMapped.asInt(); });
+  EXPECT_EQ(got, 1);
+  EXPECT_NE(w.find("is not a valid bool"), std::string::npos) << w;
+  // In range: no warning, the value in force.
+  w = warningOf("LOOM_SOCKET_NSOCKS", "16", [&] { got = params::kSocketNsocks.asInt(); });
+  EXPECT_EQ(got, 16);
+  EXPECT_EQ(w, "0 warnings");
+}
+
+TEST(Params, StringChoicesAreCheckedAndSpelledAsDocumented) {
+  std::string level;
+  std::string w = warningOf("LOOM_DEBUG", "LOUD", [&] { level = params::kDebug.str(); });
+  EXPECT_EQ(level, "WARN");
+  EXPECT_EQ(w, "LOOM_DEBUG=LOUD is not NONE, WARN, INFO, TRACE or 0; using the default WARN");
+  w = warningOf("LOOM_DEBUG", "info", [&] { level = params::kDebug.str(); });
+  EXPECT_EQ(level, "INFO");
+  EXPECT_EQ(w, "0 warnings");
+  w = warningOf("LOOM_DEBUG_SUBSYS", "INIT,NETT", [&] { level = params::kDebugSubsys.str(); });
+  EXPECT_EQ(level, "ALL");
+  EXPECT_NE(w.find("names 'NETT'"), std::string::npos) << w;
+  w = warningOf("LOOM_DEBUG_SUBSYS", "^net,Coll", [&] { level = params::kDebugSubsys.str(); });
+  EXPECT_EQ(level, "^net,Coll");
+  EXPECT_EQ(w, "0 warnings");
+  w = warningOf("LOOM_NET_GDR_LEVEL", "NEAR", [&] { level = params::kNetGdrLevel.str(); });
+  EXPECT_EQ(level, "PXB");
+  EXPECT_NE(w.find("LOC, PIX, PXB, PHB, SYS"), std::string::npos) << w;
+  w = warningOf("LOOM_SOCKET_FAMILY", "af_inet6", [&] { level = params::kSocketFamily.str(); });
+  EXPECT_EQ(level, "AF_INET6");
+  EXPECT_EQ(w, "0 warnings");
+}
+
+TEST(Params, ListingShowsTheValueInForceAndWhatWasRejected) {
+  setenv("LOOM_SHM_SLOTS", "0", 1);
+  reloadParams();
+  setLogSink(sink, LogLevel::kWarn);
+  std::string text = formatParams();
+  bool found = false;
+  for (const auto& p : allParams()) {
+    if (p.name != "LOOM_SHM_SLOTS") continue;
+    found = true;
+    EXPECT_EQ(p.value, "8");
+    EXPECT_EQ(p.source, "invalid");
+    EXPECT_EQ(p.envText, "0");
+    EXPECT_EQ(p.allowed, "2 to 1024");
+  }
+  setLogSink(nullptr, LogLevel::kWarn);
+  EXPECT_TRUE(found);
+  EXPECT_NE(text.find("LOOM_SHM_SLOTS=0 is out of range (2 to 1024): the default is in force"),
+            std::string::npos)
+      << text;
+  unsetenv("LOOM_SHM_SLOTS");
+  reloadParams();
+}
+
 TEST(Params, EveryParameterIsListedWithSourceAndDescription) {
   setenv("LOOM_SOCKET_NSOCKS", "3", 1);
   reloadParams();
@@ -130,6 +227,28 @@ TEST(Log, LevelAndSubsystemsGateMessages) {
   reloadParams();
   EXPECT_TRUE(logEnabled(LogLevel::kWarn, kSubAll));
   EXPECT_FALSE(logEnabled(LogLevel::kInfo, kSubInit));
+}
+
+TEST(Clock, ProgressNoticesAtTenSecondsThenEveryThirty) {
+  ProgressNotice n(300 * 1000);
+  EXPECT_FALSE(n.due(9999));
+  EXPECT_TRUE(n.due(10000));
+  EXPECT_FALSE(n.due(12000));
+  EXPECT_FALSE(n.due(39999));
+  EXPECT_TRUE(n.due(40000));
+  EXPECT_TRUE(n.due(200000));  // one line after a long gap, not one per missed notice
+  EXPECT_FALSE(n.due(219999));
+  EXPECT_TRUE(n.due(220000));
+  n.reset();
+  EXPECT_FALSE(n.due(5000));
+  EXPECT_TRUE(n.due(10000));
+  ProgressNotice shortTimeout(4000);  // a quarter of the timeout, at least a second
+  EXPECT_FALSE(shortTimeout.due(999));
+  EXPECT_TRUE(shortTimeout.due(1000));
+  EXPECT_TRUE(shortTimeout.due(2000));
+  ProgressNotice forever(0);
+  EXPECT_TRUE(forever.due(10000));
+  EXPECT_TRUE(forever.due(40000));
 }
 
 TEST(Clock, DeadlinesExpire) {

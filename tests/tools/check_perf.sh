@@ -2,10 +2,12 @@
 # Runs a command and checks its exit status and output (ctest's PASS_REGULAR_EXPRESSION alone
 # ignores the exit status).
 #   check_perf.sh [--ok|--fail|--status N] [--expect REGEX]... [--absent REGEX]...
-#                 [--file PATH REGEX]... -- command args...
+#                 [--once REGEX]... [--file PATH REGEX]... -- command args...
+# --once: exactly one line of the output matches.
 want=ok
 expects=""
 absents=""
+onces=""
 files=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -13,6 +15,8 @@ while [ $# -gt 0 ]; do
     --fail) want=fail ;;
     --status) want=$2; shift ;;
     --absent) absents="$absents
+$2"; shift ;;
+    --once) onces="$onces
 $2"; shift ;;
     --expect) expects="$expects
 $2"; shift ;;
@@ -51,6 +55,13 @@ done
 for re in $expects; do
   if ! printf '%s\n' "$out" | grep -Eq -- "$re"; then
     echo "check_perf.sh: output lacks /$re/"
+    status=1
+  fi
+done
+for re in $onces; do
+  n=$(printf '%s\n' "$out" | grep -Ec -- "$re")
+  if [ "$n" -ne 1 ]; then
+    echo "check_perf.sh: $n lines have /$re/, expected one"
     status=1
   fi
 done

@@ -177,7 +177,7 @@ TEST(SocketSetup, TinySplitsLeaveSomeSocketsEmpty) {
   closePair(t.get(), &p);
 }
 
-TEST(SocketSetup, NsocksClamped) {
+TEST(SocketSetup, NsocksOutOfRangeUsesTheDefault) {
   ScopedEnv env;
   env.set("LOOM_SOCKET_NSOCKS", "100");
   auto t = loTransport(&env);

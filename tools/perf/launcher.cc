@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,12 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "src/core/params.h"
+#include "tools/perf/bench.h"
+#include "transports/shm/host_area.h"
 
 extern char** environ;
 
@@ -115,6 +119,22 @@ bool launchedByEnvironment() {
   return false;
 }
 
+// Bytes of memory this machine can still give (MemAvailable), or 0 when unknown.
+uint64_t memAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string gib(uint64_t bytes) {
+  if (bytes < (1ull << 30)) return fmt::format("{:.1f} MiB", bytes / double(1ull << 20));
+  return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
+}
+
 }  // namespace
 
 bool isSpawnedRank() { return std::getenv(kEnvRank) != nullptr; }
@@ -128,7 +148,38 @@ bool mayHoldRankZero() {
   return true;
 }
 
+std::string tooLargeForMachine(const Options& opts, uint64_t available, uint64_t shmFree) {
+  const int ranks = opts.np * opts.nThreads * opts.nGpus;
+  if (ranks < 2) return std::string();
+  // The shared segment the ranks of this host map (unless LOOM_SHM_DISABLE), and each rank's
+  // send and receive buffers of maxbytes (nccl-tests' allocation; loom-perf's is the same).
+  uint64_t segment = 0;
+  if (!params::kShmDisable.asBool())
+    segment = shm::segmentBytes(ranks, shm::fitOptions(ranks, shm::optionsFromParams()));
+  const uint64_t buffers = 2 * static_cast<uint64_t>(opts.maxBytes) * static_cast<uint64_t>(ranks);
+  if (segment > 0 && shmFree > 0 && segment > shmFree)
+    return fmt::format(
+        "-np {}: {} ranks on this host need a shared-memory segment of {} and /dev/shm has {} "
+        "free (fewer ranks, or a larger /dev/shm)",
+        opts.np, ranks, gib(segment), gib(shmFree));
+  if (available > 0 && segment + buffers > available)
+    return fmt::format(
+        "-np {}: {} ranks need about {} of memory ({} of buffers: 2 x {} bytes per rank, and a "
+        "shared segment of {}) and this machine has {} available (fewer ranks or a smaller -e)",
+        opts.np, ranks, gib(segment + buffers), gib(buffers), opts.maxBytes, gib(segment),
+        gib(available));
+  return std::string();
+}
+
 int spawnRanks(const Options& opts, int argc, char** argv) {
+  struct statvfs shm {};
+  const uint64_t shmFree =
+      statvfs("/dev/shm", &shm) == 0 ? uint64_t{shm.f_bavail} * shm.f_frsize : uint64_t{0};
+  const std::string refused = tooLargeForMachine(opts, memAvailable(), shmFree);
+  if (!refused.empty()) {
+    std::fprintf(stderr, "loom-perf: %s\n", refused.c_str());
+    return kExitUsage;
+  }
   loomUniqueId id;
   loomResult_t res = loomGetUniqueId(&id);
   if (res != loomSuccess) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "src/core/params.h"
 #include "tools/perf/bench.h"
 #include "tools/perf/launcher.h"
 #include "tools/perf/options.h"
@@ -21,6 +22,9 @@
 int main(int argc, char** argv) {
   using namespace loom::perf;
   Options opts;
+  // libloom.so has its own copy of the parameters and warns about a rejected value it reads; the
+  // copy linked here (for --params and the launcher) stays quiet, so each warning is said once.
+  loom::setParamWarnings(false);
   // A rank spawned by -np runs /proc/self/exe, which the kernel names "exe": give it the
   // program's name back for ps, top and pgrep.
   if (isSpawnedRank()) {

@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstddef>
 
+#include "src/core/params.h"
+
 namespace loom::shm {
 
 namespace {
@@ -45,6 +47,21 @@ size_t ringBytesOf(const Options& o) {
 std::atomic<CheckHook> gCheckHook{nullptr};
 
 }  // namespace
+
+Options optionsFromParams() {
+  Options opts;
+  opts.slotBytes = static_cast<size_t>(params::kShmSlotSize.asInt());
+  opts.slots = static_cast<int>(params::kShmSlots.asInt());
+  // The low-latency buffers are there even with the exchange off (LOOM_SHM_LL_MAX=0).
+  opts.llBytes = static_cast<size_t>(std::max<int64_t>(64, params::kShmLlMax.asInt()));
+  opts.rtsMin = static_cast<size_t>(params::kShmRtsMin.asInt());
+  const int64_t single = params::kShmSingleCopy.asInt();
+  opts.singleCopyThreads = single >= 1;
+  opts.singleCopyProcesses = single >= 2;
+  opts.singleCopyMapped = single >= 1;
+  opts.cmaOnePass = single >= 1 && params::kShmMapped.asBool() && params::kShmMappedCma.asBool();
+  return opts;
+}
 
 Options fitOptions(int nlocal, Options opts) {
   opts.slotBytes = std::max<size_t>(kLine, roundUp(opts.slotBytes, kLine));

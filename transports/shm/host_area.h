@@ -25,11 +25,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "src/core/clock.h"
+#include "src/core/collective.h"
+#include "src/core/log.h"
 #include "src/core/process.h"
 #include "src/core/status.h"
 #include "transports/shm/shm_segment.h"
@@ -55,6 +58,8 @@ struct Options {
   size_t budgetBytes = 256u << 20;  // rings shrink (slot size, then count) to fit this total
 };
 
+// The options LOOM_SHM_* set (yieldWhenIdle is the communicator's to set).
+Options optionsFromParams();
 // The geometry every rank derives from (nlocal, options): rings shrunk to fit the budget.
 Options fitOptions(int nlocal, Options opts);
 size_t segmentBytes(int nlocal, const Options& opts);
@@ -88,6 +93,9 @@ struct RankArea {
   // 1 while this rank reads or writes its peers' buffers in a one-pass collective. A rank that
   // fails or closes waits for 0 on every peer before it returns (OnePassGuard::awaitPeersOut).
   std::atomic<uint32_t> onePass;
+  // The call this rank runs now (a CallNote's two words), for a peer that must say how their
+  // calls differ.
+  std::atomic<uint64_t> callWords[2];
   // Two low-latency buffers follow, each a cache line of flags (LlFlags) and llBytes of data.
 };
 
@@ -96,7 +104,9 @@ struct LlFlags {
   std::atomic<uint64_t> seq;
   uint64_t bytes;
   uint64_t signature;
+  CallNote call;  // what the rank called (said when signatures differ)
 };
+static_assert(sizeof(LlFlags) <= kLine, "the flags fit the cache line in front of the buffer");
 
 // The ring from one local rank to another (its slots are the point-to-point transport's).
 struct Ring {
@@ -158,6 +168,22 @@ class HostArea {
     return base + (seq & 1) * (kLine + opts_.llBytes) + kLine;
   }
   static LlFlags* llFlagsOf(char* buffer) { return reinterpret_cast<LlFlags*>(buffer - kLine); }
+  // This rank's call now (runCall notes each one), and a peer's as it last noted it.
+  void noteCall(const CallNote& call) {
+    uint64_t w[2];
+    std::memcpy(w, &call, sizeof(w));
+    RankArea* a = rankArea(me_);
+    a->callWords[0].store(w[0], std::memory_order_relaxed);
+    a->callWords[1].store(w[1], std::memory_order_relaxed);
+  }
+  CallNote peerCall(int local) const {
+    const RankArea* a = rankArea(local);
+    uint64_t w[2] = {a->callWords[0].load(std::memory_order_relaxed),
+                     a->callWords[1].load(std::memory_order_relaxed)};
+    CallNote c;
+    std::memcpy(&c, w, sizeof(c));
+    return c;
+  }
 
   // --- state and doorbells ---
   // Sets this rank's state word (peers waiting on it see it at once) and rings every doorbell.
@@ -230,6 +256,7 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
   if (ready()) return Status();
   int64_t start = nowNs();
   int64_t lastCheck = start;
+  ProgressNotice notice(timeoutMs);
   uint32_t polls = 0;
   while (!ready()) {
     if ((++polls & 63) != 0) {
@@ -254,6 +281,9 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
     if (timeoutMs > 0 && now - start > timeoutMs * 1000000 && !ready())
       return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT) waiting for {}",
                         timeoutMs / 1000, what);
+    if (notice.due((now - start) / 1000000))
+      LOOM_WARN("no progress for {} s{} waiting for {}", (now - start) / 1000000000,
+                timeoutMs > 0 ? fmt::format(" of {} (LOOM_TIMEOUT)", timeoutMs / 1000) : "", what);
     if (now - start >= spinNs) sleep();
   }
   return Status();

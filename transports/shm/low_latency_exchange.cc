@@ -2,11 +2,13 @@
 
 namespace loom::shm {
 
-void LowLatencyExchange::publish(uint64_t seq, uint64_t bytes, uint64_t signature) {
+void LowLatencyExchange::publish(uint64_t seq, uint64_t bytes, uint64_t signature,
+                                 const CallNote& call) {
   const int me = area_.localIndex();
   LlFlags* f = HostArea::llFlagsOf(buffer(me, seq));
   f->bytes = bytes;
   f->signature = signature;
+  f->call = call;
   f->seq.store(seq, std::memory_order_release);
   for (int i = 0; i < area_.nlocal(); ++i)
     if (i != me) area_.wake(i);
@@ -41,13 +43,15 @@ Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spi
       // A message from a peer that has not published seq was sent before it entered this
       // operation (it publishes on entry), and every message of the calls before was received:
       // the peer runs another operation here.
-      if (queued)
+      if (queued) {
+        const CallNote theirs = area_.peerCall(i);
         return LOOM_ERROR(kInvalidUsage,
-                          "rank {} sent a message while this rank waits in a small "
-                          "(low-latency) collective: the ranks called different collectives, "
-                          "counts or datatypes",
-                          area_.peer(i).rank)
+                          "{} (it sent a message while this rank waits in a small, "
+                          "low-latency collective)",
+                          differentCalls(area_.peer(i).rank, &theirs, area_.peer(me).rank,
+                                         HostArea::llFlagsOf(buffer(me, seq))->call))
             .withCause(Cause::kMismatch);
+      }
     }
     return Status();
   };
@@ -58,11 +62,9 @@ Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spi
   for (int i = 0; i < area_.nlocal(); ++i) {
     LlFlags* f = HostArea::llFlagsOf(buffer(i, seq));
     if (f->signature != signature)
-      return LOOM_ERROR(kInvalidUsage,
-                        "rank {} called a different operation than this rank (signature {:#x}, "
-                        "here {:#x}): collectives, counts, datatypes, ops or roots differ between "
-                        "ranks",
-                        area_.peer(i).rank, f->signature, signature)
+      return LOOM_ERROR(kInvalidUsage, "{}",
+                        differentCalls(area_.peer(i).rank, &f->call, area_.peer(me).rank,
+                                       HostArea::llFlagsOf(buffer(me, seq))->call))
           .withCause(Cause::kMismatch);
   }
   return Status();

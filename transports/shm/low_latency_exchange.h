@@ -25,21 +25,23 @@ class LowLatencyExchange {
   char* buffer(int local, uint64_t seq) { return area_.llBuffer(local, seq); }
   // Publishes this rank's buffer for seq with `bytes` valid bytes and a caller-defined signature
   // (the operation's shape: readers check it matches theirs), and wakes waiting peers.
-  void publish(uint64_t seq, uint64_t bytes, uint64_t signature);
+  // `call` is what this rank called: a peer whose signature differs says how.
+  void publish(uint64_t seq, uint64_t bytes, uint64_t signature, const CallNote& call);
   // Waits until every local rank published seq and checks that their signatures equal
   // `signature`. Every rank publishes every sequence (a broadcast's non-roots publish 0 bytes):
   // a rank reuses its buffer for seq + 2 only after it saw every rank publish seq + 1, which they
   // do only after they finished reading seq, so no buffer is overwritten while being read.
   // Fails early (before timeoutMs) when a peer is gone, or sent this rank a message instead of
-  // publishing seq (the ranks called different operations). The check point
+  // publishing seq (the ranks called different operations). Calls that differ fail with
+  // loomInvalidUsage (Cause::kMismatch) and differentCalls()'s message. The check point
   // CheckPoint::kLowLatencyWait is in its periodic check.
   Status waitAll(uint64_t seq, uint64_t signature, int64_t spinNs, int64_t timeoutMs);
   // One round: copies `bytes` of payload into this rank's buffer for seq, publishes it and waits
   // for every local rank's (publish, then waitAll).
   Status round(uint64_t seq, const void* payload, uint64_t bytes, uint64_t signature,
-               int64_t spinNs, int64_t timeoutMs) {
+               const CallNote& call, int64_t spinNs, int64_t timeoutMs) {
     if (bytes) std::memcpy(buffer(area_.localIndex(), seq), payload, bytes);
-    publish(seq, bytes, signature);
+    publish(seq, bytes, signature, call);
     return waitAll(seq, signature, spinNs, timeoutMs);
   }
 
