@@ -46,8 +46,7 @@ Status runCalls(const std::vector<QueuedOp>& calls) {
   CallNote group;
   group.coll = CallNote::kGroup;
   group.count = calls.size();
-  for (const QueuedOp& q : calls)
-    q.comm->noteCall(group);
+  for (const QueuedOp& q : calls) q.comm->noteCall(group);
   std::vector<QueuedOp> scheduled;
   scheduled.reserve(calls.size());
   for (const QueuedOp& q : calls) {
