@@ -40,3 +40,11 @@ if [ "${LOOM_NO_TORCH:-0}" != 1 ]; then
     python3 -m pip install -q torch numpy
   fi
 fi
+# matplotlib for tools/plot_results.py (pictures of loom-perf and loom-sim results, and of
+# bench/peers' report), from PyPI beside that numpy: about 10 s.
+if python3 -c "import matplotlib" 2>/dev/null; then
+  echo "install_deps: matplotlib present"
+else
+  echo "install_deps: pip install matplotlib"
+  python3 -m pip install -q matplotlib
+fi

@@ -39,6 +39,27 @@ def bus_factor(coll, n):
     return (n - 1) / n
 
 
+def traffic_factor(coll, n):
+    """Bytes every rank together must at least read and write in memory per byte of the size
+    nccl-tests reports (its algbw's numerator): AllReduce reads the n inputs and writes the n
+    outputs; AllGather and AllToAll write n outputs of the size, each read from somewhere;
+    ReduceScatter reads n inputs and writes n slices; Broadcast copies the root's buffer to the
+    n - 1 others."""
+    if coll == "reduce_scatter":
+        return n + 1.0
+    if coll == "broadcast":
+        return 2.0 * max(1, n - 1)
+    return 2.0 * n
+
+
+def bound_busbw(coll, n, traffic_gbs):
+    """The busbw a collective reaches when it moves only the bytes it must at the machine's
+    streaming bandwidth (all cores, reads plus writes)."""
+    if not traffic_gbs:
+        return None
+    return traffic_gbs / traffic_factor(coll, n) * bus_factor(coll, n)
+
+
 def busbw(coll, n, size, time_us):
     """busbw in GB/s recomputed from the time, so that small sizes keep their digits."""
     if time_us is None or time_us <= 0 or size <= 0:
@@ -183,6 +204,11 @@ def main():
     ap.add_argument("--manifest", required=True)
     ap.add_argument("--memcpy", required=True)
     ap.add_argument("--out", default="/tmp/loom-peers.md")
+    ap.add_argument("--membound", help="memcpy_bw's log with every core copying at once: the "
+                    "machine's streaming bandwidth, from which each collective's memory bound")
+    ap.add_argument("--mode", default="", help="how the sizes ran, for the titles (sweep: one "
+                    "call from the smallest to the largest size, as nccl-tests users run it; "
+                    "alone: each large size in a call of its own, cache-warm)")
     ap.add_argument("--ratio-target", type=float,
                     default=float(os.environ.get("LOOM_PEERS_RATIO_TARGET", "1.0")),
                     help="scales the issue's ratio targets (T1 2x Open MPI, T2 5x Gloo, T3/T4 1x); "
@@ -210,6 +236,16 @@ def main():
         memcpy_gbs = float(memcpy.get("best_gbs", ""))
     except ValueError:
         memcpy_gbs = None
+    membound = {}
+    if args.membound and os.path.exists(args.membound):
+        with open(args.membound, errors="replace") as f:
+            for line in f:
+                if line.startswith("MEMCPY"):
+                    membound = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+    try:
+        traffic_gbs = float(membound.get("traffic_gbs", ""))
+    except ValueError:
+        traffic_gbs = None
 
     # data[(coll, n)][impl][size] = row; expect[(coll, n)][impl][size] = (rc, unsupported, log)
     data, expect, iters_of = {}, {}, {}
@@ -294,10 +330,14 @@ def main():
             header += [f"{LABEL[i]} us", f"{LABEL[i]} GB/s"]
         if has_loom:
             header += [f"L/{LABEL[i]}" for i in others]
+        bound = bound_busbw(coll, n, traffic_gbs)
+        if bound:
+            header += [f"{LABEL[i]}/mem" for i in impls]
         header.append("wrong")
         rows = []
         small = {i: [] for i in others}
         large = {i: [] for i in others}
+        near = {i: [] for i in impls}
         peak = {i: None for i in impls}
         for s, cs in cells[key].items():
             row = [human(s), iters_of.get((coll, n, s), "-")]
@@ -314,6 +354,13 @@ def main():
                         small[i].append(rat[i])
                     if s >= MIB:
                         large[i].append(rat[i])
+            frac = {}
+            if bound:
+                for i in impls:
+                    frac[i] = cs[i].bw / bound if cs[i].bw is not None else None
+                    row.append(cs[i].status if cs[i].status else fmt_ratio(frac[i]))
+                    if s >= MIB and frac[i] is not None:
+                        near[i].append(frac[i])
             bad = {i: cs[i].wrong for i in impls if cs[i].wrong}
             total_wrong += sum(bad.values())
             if all(cs[i].time_us is None for i in impls):
@@ -330,9 +377,17 @@ def main():
                 rec[f"{i}_wrong"] = c.wrong
             for i in rat:
                 rec[f"ratio_loom_{i}"] = rat[i]
+            if bound:
+                rec["mem_bound_busbw"] = bound
+                for i in frac:
+                    rec[f"{i}_of_mem_bound"] = frac[i]
+            if args.mode:
+                rec["mode"] = args.mode
             csv_rows.append(rec)
         t, m = render(header, rows)
-        title = f"{coll}  np={n}  (float32 sum; time us, busbw GB/s"
+        title = (f"{coll}  np={n}{'  [' + args.mode + ']' if args.mode else ''}  (float32 sum; "
+                 f"time us, busbw GB/s" +
+                 (f"; x/mem = busbw / memory bound {bound:.2f} GB/s" if bound else ""))
         text += ["", f"== {title}{'; ' + ratio_note if ratio_note else ''})"] + t
         md += ["", f"### {coll}, {n} ranks", ""] + m
         srow = [coll, n]
@@ -340,6 +395,8 @@ def main():
             for i in others:
                 srow += [fmt_ratio(geomean(small[i])), fmt_ratio(geomean(large[i]))]
         srow += [fmt_bw(peak[i]) for i in impls]
+        if traffic_gbs:
+            srow += [fmt_bw(bound)] + [fmt_ratio(geomean(near[i])) for i in impls]
         summary.append(srow)
 
     sum_header = ["collective", "np"]
@@ -347,6 +404,8 @@ def main():
         for i in others:
             sum_header += [f"L/{LABEL[i]} <=64K", f"L/{LABEL[i]} >=1M"]
     sum_header += [f"{LABEL[i]} peak" for i in impls]
+    if traffic_gbs:
+        sum_header += ["mem bound"] + [f"{LABEL[i]}/mem >=1M" for i in impls]
     st, sm = render(sum_header, summary, left=1) if summary else ([], [])
     text += ["", "== Summary (geometric mean of the ratios over the sizes <= 64 KiB and >= 1 MiB; "
              "peak busbw GB/s)"] + st
@@ -472,6 +531,35 @@ def main():
     ttext += ["", "Targets summary"] + t
     tmd += ["", "### Targets summary", ""] + m
 
+    # T6: the issue's memory target: all_reduce at 2 ranks, 1 MiB to 64 MiB, Loom's busbw at least
+    # 0.8 of the memory bound (what the cores' streaming bandwidth allows).
+    name6 = "T6 all_reduce 2 ranks busbw / memory bound, 1 MiB..64 MiB"
+    key6 = ("all_reduce", 2)
+    bound6 = bound_busbw("all_reduce", 2, traffic_gbs)
+    if not has_loom or key6 not in cells or not bound6:
+        why = ("memory bound not measured" if not bound6 else
+               "Loom not run" if not has_loom else "all_reduce np=2 not run")
+        tsum.append([name6, "-", "-", "-", f"n/a ({why})"])
+    else:
+        vals6, rows6 = [], []
+        for sz, cs in cells[key6].items():
+            if MIB <= sz <= 64 * MIB:
+                c = cs["loom"]
+                frac = c.bw / bound6 if c.bw is not None else None
+                vals6.append((sz, frac))
+                rows6.append([human(sz), c.b(), fmt_bw(bound6), fmt_ratio(frac)])
+                tcsv.append({"target": name6, "collective": "all_reduce", "nranks": 2,
+                             "bytes": sz, "peer": "memory", "loom": c.bw,
+                             "peer_value": bound6, "ratio": frac})
+        mn, at, word = verdict(vals6, 0.8 * rt)
+        t, m = render(["size", "Loom GB/s", "bound GB/s", "Loom / bound"], rows6)
+        line = (f"min fraction {fmt_ratio(mn)}" + (f" at {human(at)}" if at is not None else "") +
+                f": {word} (needs >= {0.8 * rt:g})")
+        ttext.extend(["", f"{name6}  [bound {bound6:.2f} GB/s]"] + t + [line])
+        tmd.extend(["", f"**{name6}** (bound {bound6:.2f} GB/s)", ""] + m + ["", line])
+        tsum.append([name6, f"{len(rows6)} sizes", fmt_ratio(mn),
+                     human(at) if at is not None else "-", word])
+
     # ---- header and output --------------------------------------------------------------------
     mc = memcpy.get("best_gbs", "?")
     libs = []
@@ -492,6 +580,17 @@ def main():
         f"kernel {meta.get('kernel', '?')}; {meta.get('date', '?')}",
         f"single-core memcpy (64 MiB, best of {memcpy.get('reps', '?')}): {mc} GB/s "
         f"(mean {memcpy.get('mean_gbs', '?')})",
+        (f"memory bound: {membound.get('threads', '?')} cores copying at once move "
+         f"{traffic_gbs:.2f} GB/s (reads plus writes); a collective's bound is that over the "
+         f"bytes it must read and write (AllReduce 2n x size), times its bus factor: "
+         f"all_reduce at 2 ranks {bound_busbw('all_reduce', 2, traffic_gbs):.2f} GB/s busbw"
+         if traffic_gbs else "memory bound: not measured"),
+        "sizes ran " + ({"sweep": "in one sweep from the smallest to the largest (nccl-tests' "
+                                  "way: buffers of the largest size, each iteration at the next "
+                                  "offset, so large sizes are not cache-warm)",
+                        "alone": "each size above the large threshold in a call of its own "
+                                 "(one buffer of that size, cache-warm where it fits)"}
+                       .get(args.mode, args.mode or "as the schedule says")),
         f"load average before: {meta.get('load_before', '?')}; after: "
         f"{meta.get('load_after', '?')}; elapsed {meta.get('elapsed_s', '?')} s",
         "libraries: " + "; ".join(libs),

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Peer comparison: Loom (loom-perf -np N) against Open MPI (shared memory and TCP), MPICH and Gloo
 # (TCP over loopback) on the same machine, in the same run, one table per collective and rank
-# count side by side, plus the single-core memcpy bandwidth. See bench/peers/README.md.
+# count side by side, plus the single-core memcpy bandwidth and the machine's memory bound (every
+# core copying at once), each size both in an nccl-tests sweep and alone. See bench/peers/README.md.
 #
 #   bench/peers/run_peers.sh [-p "loom ompi-shm ompi-tcp mpich gloo"] [-r "2 4"]
 #                            [-c "all_reduce all_gather ..."] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
-#                            [-L 4M] [-m 5] [-W 2] [-t 300] [-o /tmp/loom-peers.md] [-B dir] [-k] [-I]
+#                            [-L 4M] [-m 5] [-W 2] [-M "sweep alone"] [-t 300]
+#                            [-o /tmp/loom-peers.md] [-B dir] [-k] [-I]
 #
 # Environment: LOOM_PERF=/path/to/loom-perf (else it is built in <repo>/build-peers);
 #   OMPI_MPIRUN, OMPI_MPICC (or MPIRUN, MPICC), MPICH_MPIRUN, MPICH_MPICC, CXX to pick the tools;
@@ -29,6 +31,7 @@ WARMUP=5
 LARGE=4M        # above this size: fewer iterations (ITERS * LARGE / size, at least MIN_ITERS)
 MIN_ITERS=5
 LARGE_WARMUP=2
+MODES="sweep alone"  # sweep: one call from -b to -e (nccl-tests' way); alone: large sizes apart
 RUN_TIMEOUT=300 # seconds, each benchmark invocation
 OUT=/tmp/loom-peers.md
 BUILD_DIR=""
@@ -49,6 +52,11 @@ Options:
   -n/-w       timed and warm-up iterations up to -L (default $ITERS, $WARMUP)
   -L SIZE     above SIZE use max(-m, n*SIZE/size) iterations and -W warm-ups (default $LARGE)
   -m/-W       minimum iterations / warm-ups for the large sizes (default $MIN_ITERS, $LARGE_WARMUP)
+  -M MODES    how the sizes run (default "$MODES"): sweep = one call from -b to -e with -n
+              iterations, as nccl-tests users run it (buffers of the largest size, each iteration
+              at the next offset: large sizes are cache-cold); alone = each size above -L in a
+              call of its own (-L, -m, -W), cache-warm where it fits. One report per mode
+              (<out>.<mode>.md when both run)
   -t SECS     timeout of each benchmark process (default $RUN_TIMEOUT)
   -o FILE     Markdown report (a .csv is written next to it; default $OUT)
   -B DIR      build directory for the helper programs (default: a temporary directory)
@@ -58,7 +66,7 @@ Options:
 EOF
 }
 
-while getopts "p:r:c:b:e:f:n:w:L:m:W:t:o:B:kIh" opt; do
+while getopts "p:r:c:b:e:f:n:w:L:m:W:M:t:o:B:kIh" opt; do
   case "$opt" in
     p) PEERS="$OPTARG" ;;
     r) RANKS="$OPTARG" ;;
@@ -71,6 +79,7 @@ while getopts "p:r:c:b:e:f:n:w:L:m:W:t:o:B:kIh" opt; do
     L) LARGE="$OPTARG" ;;
     m) MIN_ITERS="$OPTARG" ;;
     W) LARGE_WARMUP="$OPTARG" ;;
+    M) MODES="$OPTARG" ;;
     t) RUN_TIMEOUT="$OPTARG" ;;
     o) OUT="$OPTARG" ;;
     B) BUILD_DIR="$OPTARG" ;;
@@ -128,6 +137,10 @@ done
 ((ITERS >= 1 && MIN_ITERS >= 1)) || die "-n and -m must be at least 1"
 ((RUN_TIMEOUT >= 1)) || die "-t must be at least 1"
 ((MINB_B >= 1 && MINB_B <= MAXB_B)) || die "need 1 <= min size <= max size"
+for m in $MODES; do
+  [[ "$m" == sweep || "$m" == alone ]] || die "unknown mode '$m' (-M: sweep, alone)"
+done
+[[ -n "${MODES// /}" ]] || die "no mode selected (-M)"
 for r in $RANKS; do
   if ! [[ "$r" =~ ^[0-9]+$ ]] || ((r < 1)); then die "bad rank count '$r'"; fi
 done
@@ -360,6 +373,10 @@ fi
 log "memcpy bandwidth (64 MiB, best of 10)"
 timeout -k 5 60 "$BUILD_DIR/memcpy_bw" 64 10 >"$RAW/memcpy.log" || log "memcpy_bw failed"
 cat "$RAW/memcpy.log" >&2
+log "memory bound: every core copying at once ($(nproc) x 64 MiB, best of 10)"
+timeout -k 5 120 "$BUILD_DIR/memcpy_bw" 64 10 "$(nproc)" >"$RAW/membound.log" ||
+  log "memcpy_bw with $(nproc) threads failed"
+cat "$RAW/membound.log" >&2
 
 # ---- sizes and iteration groups ------------------------------------------------------------
 SIZES=()
@@ -390,6 +407,10 @@ for s in "${SIZES[@]}"; do
   fi
 done
 [[ -z "$small_lo" ]] || GROUPS_LIST=("$small_lo $small_hi $FACTOR $ITERS $WARMUP" "${GROUPS_LIST[@]}")
+# The sweep: one call over every size on the grid (the off-grid max size only when it is on it).
+SWEEP_HI=$MINB_B
+while ((SWEEP_HI * FACTOR <= MAXB_B)); do SWEEP_HI=$((SWEEP_HI * FACTOR)); done
+SWEEP_LIST=("$MINB_B $SWEEP_HI $FACTOR $ITERS $WARMUP")
 
 # Open MPI (a) shm: its defaults (on one host: ob1 + the vader shared-memory BTL with CMA
 # single copy); (b) tcp: TCP over loopback only (ob1 with the tcp and self BTLs, pinned to lo).
@@ -423,17 +444,21 @@ bench_run() {
     log "  FAILED rc=$rc: $impl $coll np=$np ($logf)"; tail -5 "$logf" | sed 's/^/    /' >&2
   fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n' "$impl" "$coll" "$np" "$lo" "$hi" "$f" \
-    "$iters" "$warm" "$rc" "$logf" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b - a}')" >>"$MANIFEST"
+    "$iters" "$warm" "$rc" "$logf" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b - a}')" \
+    >>"$MANIFEST.$MODE"
 }
 
 START=$(date +%s)
 echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$META"
+for MODE in $MODES; do
+  : >"$MANIFEST.$MODE"
+  if [[ "$MODE" == sweep ]]; then RUNS=("${SWEEP_LIST[@]}"); else RUNS=("${GROUPS_LIST[@]}"); fi
 for np in $RANKS; do
   for coll in $CANON_COLLS; do
-    log "np=$np $coll (${ACTIVE[*]})"
-    for g in "${GROUPS_LIST[@]}"; do
+    log "$MODE: np=$np $coll (${ACTIVE[*]})"
+    for g in "${RUNS[@]}"; do
       read -r lo hi f it wu <<<"$g"
-      tag="${coll}_np${np}_${lo}-${hi}"
+      tag="${MODE}_${coll}_np${np}_${lo}-${hi}"
       args=(-b "$lo" -e "$hi" -f "$f" -n "$it" -w "$wu")
       for p in "${ACTIVE[@]}"; do
         logf="$RAW/${p}_$tag.log"
@@ -464,6 +489,7 @@ for np in $RANKS; do
     done
   done
 done
+done
 END=$(date +%s)
 {
   echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -471,8 +497,26 @@ END=$(date +%s)
 } >>"$META"
 
 status=0
-python3 "$SCRIPT_DIR/report.py" --meta "$META" --manifest "$MANIFEST" \
-  --memcpy "$RAW/memcpy.log" --out "$OUT" || status=$?
+nmodes=$(wc -w <<<"$MODES")
+for MODE in $MODES; do
+  out="$OUT"
+  ((nmodes == 1)) || out="${OUT%.md}.$MODE.md"
+  python3 "$SCRIPT_DIR/report.py" --meta "$META" --manifest "$MANIFEST.$MODE" \
+    --memcpy "$RAW/memcpy.log" --membound "$RAW/membound.log" --mode "$MODE" --out "$out" ||
+    status=$?
+  # Pictures of each table (busbw against size, one line per implementation, the memory bound).
+  if python3 -c "import matplotlib" 2>/dev/null; then
+    for np in $RANKS; do
+      for coll in $CANON_COLLS; do
+        python3 "$REPO_DIR/tools/plot_results.py" "${out%.md}.csv" --collective "$coll" \
+          --nranks "$np" --title "$coll, $np ranks ($MODE)" -o "${out%.md}.$coll.np$np" >&2 ||
+          log "no plot of $coll np=$np ($MODE)"
+      done
+    done
+  else
+    log "matplotlib missing: no plots (python3 -m pip install matplotlib)"
+  fi
+done
 if ((KEEP)); then
   log "raw logs kept in $WORK"
 elif ((status == 0)); then

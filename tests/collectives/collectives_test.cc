@@ -530,10 +530,9 @@ TEST(BadInput, CountsThatDifferOnAScheduleNameTheLikelyCause) {
     return "";
   });
   EXPECT_EQ(all, "");
-  EXPECT_NE(
-      messages.find("calls differ between ranks: rank 1 called AllReduce of 3005 float (sum)"),
-      std::string::npos)
-      << messages;
+  // Which rank sees the other call first depends on timing; some rank says what rank 1 called.
+  EXPECT_NE(messages.find("calls differ between ranks"), std::string::npos) << messages;
+  EXPECT_NE(messages.find("called AllReduce of 3005 float (sum)"), std::string::npos) << messages;
 }
 
 // Calls that differ between ranks fail every rank with loomInvalidUsage, whichever path runs
@@ -735,7 +734,7 @@ TEST(Shm, RanksOnDifferentPathsFailInsteadOfHanging) {
     loomResult_t r = loomAllReduce(a.data(), b.data(), count, loomFloat32, loomSum, comm, nullptr);
     if (r == loomSuccess) return "rank " + std::to_string(rank) + " did not fail";
     std::string msg = loomGetLastError();
-    if (msg.find("different") == std::string::npos && msg.find("failed") == std::string::npos)
+    if (r != loomInvalidUsage || msg.find("calls differ between ranks") == std::string::npos)
       return "rank " + std::to_string(rank) + ": unclear error: " + msg;
     return "";
   });
