@@ -50,6 +50,7 @@ CostMachine hostCostMachine(const HostCluster& c) {
                                           static_cast<double>(ranksOn[h]));
   }
   m.memBytesPerSec = c.memcpyBytesPerSec;
+  m.cmaSlowdown = c.cmaSlowdown;
   m.copyBytesPerSec = c.memcpyBytesPerSec;
   m.reduceBytesPerSec = c.reduceBytesPerSec;
   m.inter = LinkCost{c.netAlphaSec, c.netBytesPerSec};

@@ -63,7 +63,10 @@ struct CostMachine {
   // transfers it sends or receives (each counts the piece's bytes once).
   double memBytesPerSec = 0;
   double reduceBytesPerSec = 0;  // gamma^-1: bytes one rank reduces per second (one piece)
-  double copyBytesPerSec = 0;    // local Copy steps
+  // process_vm_readv/writev's time over memcpy's for the same bytes (0: unknown), for the one
+  // pass over peers' plain buffers (the runtime's dispatch).
+  double cmaSlowdown = 0;
+  double copyBytesPerSec = 0;  // local Copy steps
   // Per host id (hostOf's values; missing or 0: unlimited): the cores' copy bandwidth that all
   // ranks of the host share, for hosts with more ranks than cores. A rank's copies and
   // reductions count once; an intra-host transfer twice (the sender copies in, the receiver
@@ -95,6 +98,7 @@ struct HostCluster {
   std::vector<uint32_t> coresPerHost;  // CPUs a host's ranks may run on (0: unknown)
   double memcpyBytesPerSec = 5e9;
   double reduceBytesPerSec = 4e9;
+  double cmaSlowdown = 0;            // process_vm_readv/writev against memcpy (0: unknown)
   double netBytesPerSec = 10e9 / 8;  // one port per host
   double netAlphaSec = 30e-6;
   double shmAlphaSec = 2e-6;

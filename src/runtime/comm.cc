@@ -91,6 +91,7 @@ std::string PeerInfo::serialize() const {
   putStr(s, topo);
   putU32(s, memcpyMBps);
   putU32(s, reduceMBps);
+  putU32(s, cmaSlowdownMilli);
   putU32(s, cores);
   putU32(s, flags);
   return s;
@@ -110,6 +111,7 @@ Result<PeerInfo> PeerInfo::deserialize(const std::string& blob) {
   p.topo = r.str();
   p.memcpyMBps = r.u32();
   p.reduceMBps = r.u32();
+  p.cmaSlowdownMilli = r.u32();
   p.cores = r.u32();
   p.flags = r.u32();
   if (!r.ok || r.pos != blob.size())
@@ -237,6 +239,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
     const KernelSpeeds& speeds = localKernelSpeeds();
     me.memcpyMBps = static_cast<uint32_t>(std::min(4e9, speeds.memcpyBytesPerSec / 1e6));
     me.reduceMBps = static_cast<uint32_t>(std::min(4e9, speeds.reduceBytesPerSec / 1e6));
+    me.cmaSlowdownMilli = static_cast<uint32_t>(std::min(1e6, speeds.cmaSlowdown * 1000));
   }
   net::Properties netProps;
   // GPUDirect RDMA for this rank's device calls: its network takes device memory, and every GPU
@@ -384,6 +387,7 @@ Status Comm::buildPlanner() {
   hc.hostOf = system_.hostOf;
   hc.memcpyBytesPerSec = peers_[0].memcpyMBps ? peers_[0].memcpyMBps * 1e6 : 5e9;
   hc.reduceBytesPerSec = peers_[0].reduceMBps ? peers_[0].reduceMBps * 1e6 : 4e9;
+  hc.cmaSlowdown = peers_[0].cmaSlowdownMilli / 1000.0;
   for (const auto& h : system_.hosts) hc.coresPerHost.push_back(peers_[h.ranks.front()].cores);
   double netBps = 0;
   if (params::kModelNetMbps.asInt() > 0) {

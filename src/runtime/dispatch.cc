@@ -10,11 +10,18 @@ namespace loom {
 
 namespace {
 
-// Peers reached through process_vm_readv/writev: time over the mapped one pass, per rank count
-// (page pinning, the pass through the staging tile, and the pinned pages' reference counts shared
-// by n-1 readers). Calibrated on a 2-core Xeon VM with loom-perf, malloc against loomMemAlloc
-// buffers and against the model: 1.6 at 2 ranks, 2.7-4.9 (median 3.6) at 4.
-double cmaFactor(int n) { return 1.6 + 1.1 * (n - 2); }
+// Peers reached through process_vm_readv/writev: time over the mapped one pass, per rank count.
+// The (n-1)/n of a rank's traffic that is its peers' moves `slowdown` times slower than memcpy
+// (page pinning and the kernel's copy: measured at init, KernelSpeeds::cmaSlowdown; 2.2 where
+// unknown, which gave the 1.6 measured end to end at 2 ranks on a 2-core Xeon VM), and the pinned
+// pages' reference counts shared by n-1 readers slow it further as ranks grow (that VM: 2.7-4.9,
+// median 3.6, at 4 ranks). On a 2-core EPYC VM the calls took 5.5x memcpy's time, and the one
+// pass through them lost to two copies through shared memory (5.2 GB/s against 8.6 at 64 MiB).
+double cmaFactor(int n, double slowdown) {
+  const double s = slowdown > 0 ? slowdown : 2.2;
+  const double dn = static_cast<double>(n);
+  return (1 + (dn - 1) / dn * (s - 1)) * (1 + 0.69 * (dn - 2));
+}
 
 // The fixed rule (LOOM_PLANNER=0): communicators whose ranks all share a host use the direct
 // algorithms up to LOOM_SHM_DIRECT_MAX; otherwise small AllReduces use recursive doubling and the
@@ -102,7 +109,7 @@ double onePassSeconds(const CostMachine& m, const CallShape& call, int n, bool c
   if (!m.hostMemBytesPerSec.empty() && m.hostMemBytesPerSec[0] > 0)
     perRank = std::min(perRank, m.hostMemBytesPerSec[0] / dn);
   double seconds = (reads + writes) / (2 * perRank);
-  if (cma) seconds *= cmaFactor(n);
+  if (cma) seconds *= cmaFactor(n, m.cmaSlowdown);
   return seconds + 2 * m.intra.alphaSec;
 }
 
