@@ -50,7 +50,7 @@ struct PeerInfo {
   uint32_t memcpyMBps = 0;  // this rank's measured kernel speeds (calibrate.h), MB/s
   uint32_t reduceMBps = 0;
   uint32_t cmaSlowdownMilli = 0;  // KernelSpeeds::cmaSlowdown x 1000 (0: not measured)
-  uint32_t cores = 0;  // CPUs this process may run on
+  uint32_t cores = 0;             // CPUs this process may run on
   // kPeerNetCuda: its network transport reads and writes CUDA device memory (GPUDirect RDMA) and
   // LOOM_DEVICE_GDR is on; kPeerShm: its shared memory is on (LOOM_SHM_DISABLE=0).
   uint32_t flags = 0;
