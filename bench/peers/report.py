@@ -127,6 +127,24 @@ def parse_result_lines(path):
     return rows, unsupported
 
 
+def read_memcpy(path):
+    """The key=value fields of memcpy_bw's MEMCPY line ({} without one)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("MEMCPY"):
+                return dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+    return {}
+
+
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def human(size):
     for unit, div in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
         if size >= div and size % div == 0:
@@ -226,26 +244,10 @@ def main():
                 if "=" in line:
                     k, v = line.rstrip("\n").split("=", 1)
                     meta[k] = v
-    memcpy = {}
-    if os.path.exists(args.memcpy):
-        with open(args.memcpy, errors="replace") as f:
-            for line in f:
-                if line.startswith("MEMCPY"):
-                    memcpy = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-    try:
-        memcpy_gbs = float(memcpy.get("best_gbs", ""))
-    except ValueError:
-        memcpy_gbs = None
-    membound = {}
-    if args.membound and os.path.exists(args.membound):
-        with open(args.membound, errors="replace") as f:
-            for line in f:
-                if line.startswith("MEMCPY"):
-                    membound = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-    try:
-        traffic_gbs = float(membound.get("traffic_gbs", ""))
-    except ValueError:
-        traffic_gbs = None
+    memcpy = read_memcpy(args.memcpy)
+    memcpy_gbs = number(memcpy.get("best_gbs"))
+    membound = read_memcpy(args.membound)
+    traffic_gbs = number(membound.get("traffic_gbs"))
 
     # data[(coll, n)][impl][size] = row; expect[(coll, n)][impl][size] = (rc, unsupported, log)
     data, expect, iters_of = {}, {}, {}
