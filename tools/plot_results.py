@@ -164,8 +164,8 @@ def main():
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", markersize=3, label=name)
     for value, name in bounds:
         ax.axhline(value, linestyle="--", color="grey", linewidth=1)
-        ax.annotate(name, (sizes[0], value), textcoords="offset points", xytext=(2, 3),
-                    fontsize=8, color="grey")
+        ax.annotate(name, (sizes[-1], value), textcoords="offset points", xytext=(-2, 3),
+                    fontsize=8, color="grey", ha="right")
     ax.set_xscale("log", base=2)
     if args.metric == "time":
         ax.set_yscale("log")
