@@ -68,37 +68,6 @@ struct ExtAbortScope {
   ~ExtAbortScope() { impl->extAbort = nullptr; }
 };
 
-std::string ringHandshake(uint32_t magic, uint64_t secret, int from, int to, int nranks) {
-  std::string out;
-  wire::Writer w(&out);
-  w.u32(magic);
-  w.u32(wire::kVersion);
-  w.u64(secret);
-  w.i32(from);
-  w.i32(to);
-  w.i32(nranks);
-  return out;
-}
-
-// Why a ring handshake is not the one expected, or empty when it is.
-std::string checkRingHandshake(const uint8_t* buf, uint32_t magic, uint64_t secret, int from,
-                               int to, int nranks) {
-  wire::Reader r(buf, wire::kRingBytes);
-  uint32_t m = r.u32();
-  uint32_t version = r.u32();
-  uint64_t s = r.u64();
-  int f = r.i32();
-  int t = r.i32();
-  int n = r.i32();
-  if (m != magic) return fmt::format("not a Loom ring handshake (magic 0x{:08x})", m);
-  if (version != wire::kVersion) return fmt::format("protocol version {}", version);
-  if (s != secret) return "wrong secret";
-  if (n != nranks || t != to)
-    return fmt::format("handshake for rank {} of {}, this is rank {} of {}", t, n, to, nranks);
-  if (f != from) return fmt::format("handshake from rank {}, expected rank {}", f, from);
-  return std::string();
-}
-
 }  // namespace
 
 Status Bootstrap::Impl::openListener(const SockAddr& at) {
@@ -112,16 +81,12 @@ Status Bootstrap::Impl::openListener(const SockAddr& at) {
 Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& blob,
                                    const Deadline& deadline) {
   const std::string rootName = id.root.toString();
-  std::string hello;
-  wire::Writer w(&hello);
-  w.u32(wire::kHelloMagic);
-  w.u32(wire::kVersion);
-  w.u64(id.secret);
-  w.i32(rank);
-  w.i32(nranks);
-  w.addr(listenAddr);
-  w.u32(static_cast<uint32_t>(blob.size()));
-  w.bytes(blob.data(), blob.size());
+  wire::Hello mine;
+  mine.secret = id.secret;
+  mine.rank = rank;
+  mine.nranks = nranks;
+  mine.listener = listenAddr;
+  std::string hello = wire::encodeHello(mine, blob);
 
   auto context = [&](const Status& st, const char* what) {
     if (st.code() == Code::kAborted) return abortedError("the rendezvous");
@@ -136,59 +101,71 @@ Status Bootstrap::Impl::rendezvous(const UniqueIdInfo& id, const std::string& bl
   auto fdr = connectWithRetry(id.root, deadline, abortFlags());
   if (!fdr.isOk()) return context(fdr.status(), "cannot connect to");
   Fd root = std::move(fdr).value();
+  // A Loom root acknowledges the hello at once. Silence, a hang-up or another protocol's bytes
+  // instead mean that something else holds the root's port (rank 0 could not start the root
+  // there): every rank says so within the handshake deadline instead of waiting for a table that
+  // cannot come.
+  const std::string heldBy =
+      "(is the port in use by another program? rank 0 starts the root there and says why it could "
+      "not)";
+  auto hungUp = [&] {
+    return LOOM_ERROR(kSystem,
+                      "bootstrap rank {} of {}: what listens at {} closed the connection before "
+                      "acknowledging this rank's hello: the root ended, or that is not a Loom root "
+                      "{}",
+                      rank, nranks, rootName, heldBy);
+  };
   Status st = sendAll(root.get(), hello.data(), hello.size(), deadline, abortFlags());
+  if (st.code() == Code::kRemote) return hungUp();
   if (!st.isOk()) return context(st, "cannot send the hello to");
 
   uint8_t head[wire::kReplyBytes];
-  st = recvAll(root.get(), head, sizeof(head), deadline, abortFlags());
+  const int64_t ackMs = wire::handshakeTimeoutMs();
+  const Deadline ackBy(
+      deadline.timeoutMs() > 0 ? std::min<int64_t>(ackMs, deadline.remainingMs(INT32_MAX)) : ackMs);
+  st = recvAll(root.get(), head, sizeof(head), ackBy, abortFlags());
   if (st.code() == Code::kTimeout)
-    return LOOM_ERROR(kTimeout,
-                      "bootstrap rank {} of {}: no table from the root at {} within {} ms (have "
-                      "all ranks started, with the same unique id?)",
-                      rank, nranks, rootName, deadline.timeoutMs());
-  if (!st.isOk()) return context(st, "no table from");
-  wire::Reader r(head, sizeof(head));
-  uint32_t magic = r.u32();
-  uint32_t kind = r.u32();
-  uint32_t code = r.u32();
-  r.u32();
-  uint64_t payloadBytes = r.u64();
-  if (magic != wire::kReplyMagic)
-    return LOOM_ERROR(kRemote,
-                      "bootstrap rank {}: {} is not a Loom bootstrap root (magic 0x{:08x})", rank,
-                      rootName, magic);
-  if (kind == wire::kReplyError) {
-    std::string text(std::min<uint64_t>(payloadBytes, wire::kMaxErrorText), '\0');
-    (void)recvAll(root.get(), &text[0], text.size(), Deadline(1000), abortFlags());
-    Code c = static_cast<Code>(code);
-    if (c != Code::kTimeout && c != Code::kInvalidArgument) c = Code::kRemote;
-    return Status(c, fmt::format("bootstrap rank {} of {}: {}", rank, nranks, text));
+    return LOOM_ERROR(
+        kSystem,
+        "bootstrap rank {} of {}: nothing acknowledged this rank's hello at {} within "
+        "{} ms: what listens there is not a Loom root {}",
+        rank, nranks, rootName, ackBy.timeoutMs(), heldBy);
+  if (st.code() == Code::kRemote || st.code() == Code::kSystem) return hungUp();
+  if (!st.isOk()) return context(st, "no acknowledgement from");
+  auto reply = wire::decodeReplyHeader(head, sizeof(head), rank, nranks);
+  if (!reply.isOk())
+    return LOOM_ERROR(kSystem, "bootstrap rank {} of {}: what listens at {} answered: {} {}", rank,
+                      nranks, rootName, reply.status().message(), heldBy);
+  if (reply.value().kind == wire::kReplyAck) {
+    LOOM_INFO(kSubBootstrap, "bootstrap rank {} of {}: checked in with the root at {}", rank,
+              nranks, rootName);
+    st = recvAll(root.get(), head, sizeof(head), deadline, abortFlags());
+    if (st.code() == Code::kTimeout)
+      return LOOM_ERROR(kTimeout,
+                        "bootstrap rank {} of {}: no table from the root at {} within {} ms (have "
+                        "all ranks started, with the same unique id?)",
+                        rank, nranks, rootName, deadline.timeoutMs());
+    if (!st.isOk()) return context(st, "no table from");
+    reply = wire::decodeReplyHeader(head, sizeof(head), rank, nranks);
+    if (!reply.isOk() || reply.value().kind == wire::kReplyAck)
+      return LOOM_ERROR(kRemote, "bootstrap rank {}: the root at {}: {}", rank, rootName,
+                        reply.isOk() ? "a second acknowledgement" : reply.status().message());
   }
-  uint64_t maxPayload = static_cast<uint64_t>(nranks) * (wire::kAddrBytes + 4 + wire::kMaxBlob);
-  if (kind != wire::kReplyTable || static_cast<int>(code) != nranks || payloadBytes > maxPayload)
-    return LOOM_ERROR(kRemote,
-                      "bootstrap rank {}: malformed reply from the root at {} (kind {}, nranks "
-                      "{}, {} bytes)",
-                      rank, rootName, kind, code, payloadBytes);
-  std::string payload(payloadBytes, '\0');
+  if (reply.value().kind == wire::kReplyError) {
+    std::string text(std::min<uint64_t>(reply.value().payloadBytes, wire::kMaxErrorText), '\0');
+    (void)recvAll(root.get(), &text[0], text.size(), Deadline(1000), abortFlags());
+    return Status(wire::replyErrorCode(reply.value().code),
+                  fmt::format("bootstrap rank {} of {}: {}", rank, nranks, text));
+  }
+  std::string payload(reply.value().payloadBytes, '\0');
   st = recvAll(root.get(), &payload[0], payload.size(), deadline, abortFlags());
   if (!st.isOk()) return context(st, "incomplete table from");
   root.reset();
 
-  wire::Reader t(payload.data(), payload.size());
-  listeners.resize(nranks);
-  blobs.resize(nranks);
-  for (int i = 0; i < nranks; ++i) {
-    auto a = t.addr();
-    uint32_t len = t.u32();
-    const uint8_t* b = t.bytes(len);
-    if (!a.isOk() || !t.ok())
-      return LOOM_ERROR(kRemote,
-                        "bootstrap rank {}: malformed table from the root at {} (entry {})", rank,
-                        rootName, i);
-    listeners[i] = a.value();
-    blobs[i].assign(reinterpret_cast<const char*>(b), len);
-  }
+  st = wire::decodeTable(payload.data(), payload.size(), nranks, &listeners, &blobs);
+  if (!st.isOk())
+    return LOOM_ERROR(kRemote, "bootstrap rank {}: the root at {}: {}", rank, rootName,
+                      st.message());
   LOOM_INFO(kSubBootstrap, "bootstrap rank {} of {}: table received from {}", rank, nranks,
             rootName);
   return Status();
@@ -231,13 +208,14 @@ Status Bootstrap::Impl::acceptPrev(const Deadline& deadline) {
         }
         p.got += r.value();
         if (p.got == sizeof(p.buf)) {
-          std::string why = checkRingHandshake(p.buf, wire::kRingMagic, secret, from, rank, nranks);
-          if (!why.empty()) {
-            dropped(p, why);
+          Status why =
+              wire::checkRing(p.buf, sizeof(p.buf), wire::kRingMagic, secret, from, rank, nranks);
+          if (!why.isOk()) {
+            dropped(p, why.message());
             p.fd.reset();
             continue;
           }
-          std::string ack = ringHandshake(wire::kAckMagic, secret, rank, from, nranks);
+          std::string ack = wire::encodeRing(wire::kAckMagic, secret, rank, from, nranks);
           Status st = sendAll(p.fd.get(), ack.data(), ack.size(), deadline, abortFlags());
           if (!st.isOk()) {
             if (st.code() == Code::kAborted) return abortedError("the ring join");
@@ -291,7 +269,7 @@ Status Bootstrap::Impl::joinRing(const Deadline& deadline) {
     auto fdr = connectWithRetry(listeners[to], deadline, abortFlags());
     if (!fdr.isOk()) return ctx(fdr.status(), "cannot connect to");
     Fd fd = std::move(fdr).value();
-    std::string hs = ringHandshake(wire::kRingMagic, secret, rank, to, nranks);
+    std::string hs = wire::encodeRing(wire::kRingMagic, secret, rank, to, nranks);
     Status st = sendAll(fd.get(), hs.data(), hs.size(), deadline, abortFlags());
     if (!st.isOk()) return ctx(st, "cannot send the ring handshake to");
     LOOM_TRY(acceptPrev(deadline));
@@ -300,8 +278,9 @@ Status Bootstrap::Impl::joinRing(const Deadline& deadline) {
     if (!st.isOk())
       return ctx(st, st.code() == Code::kTimeout ? "no ring handshake answer from"
                                                  : "ring handshake refused (see its log) by");
-    std::string why = checkRingHandshake(ack, wire::kAckMagic, secret, to, rank, nranks);
-    if (!why.empty()) return ctx(LOOM_ERROR(kRemote, "{}", why), "bad ring handshake answer from");
+    Status why = wire::checkRing(ack, sizeof(ack), wire::kAckMagic, secret, to, rank, nranks);
+    if (!why.isOk())
+      return ctx(Status(Code::kRemote, why.message()), "bad ring handshake answer from");
     setFd(&next, std::move(fd));
   }
   setFd(&listener, Fd());  // no one else may connect now
@@ -313,14 +292,7 @@ Status Bootstrap::Impl::joinRing(const Deadline& deadline) {
 Status Bootstrap::Impl::fail(Status st, int sendFd, bool sendAtBoundary, int failedRank) {
   broken = st;
   if (st.code() == Code::kAborted) return st;
-  std::string frame;
-  wire::Writer w(&frame);
-  std::string text = st.message().substr(0, wire::kMaxErrorText - 4);
-  w.u32(wire::kFrameMagic);
-  w.u32(wire::kFrameError);
-  w.u64(4 + text.size());
-  w.u32(static_cast<uint32_t>(st.code()));
-  w.bytes(text.data(), text.size());
+  std::string frame = wire::encodeErrorFrame(st.code(), st.message());
   // Best effort, briefly: the neighbours may be gone too. Data never flows towards prev, so a
   // frame there always starts at a frame boundary; towards next only if no data frame was cut.
   Deadline brief(1000);
@@ -357,11 +329,7 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
   uint8_t sendHdr[wire::kFrameBytes];
   size_t sendOff = 0;
   {
-    std::string h;
-    wire::Writer w(&h);
-    w.u32(wire::kFrameMagic);
-    w.u32(wire::kFrameData);
-    w.u64(bytes);
+    std::string h = wire::encodeFrameHeader(wire::kFrameData, bytes);
     std::memcpy(sendHdr, h.data(), sizeof(sendHdr));
   }
   uint8_t recvHdr[wire::kFrameBytes];
@@ -378,22 +346,27 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
     return LOOM_ERROR(kRemote, "bootstrap: connection between ranks {} and {} failed: {}", rank,
                       peer, st.message());
   };
-  // Reads an error frame's body after its header and turns it into the Status it reports.
-  auto errorFrame = [&](int fd, const uint8_t* hdr, int peer) {
-    wire::Reader r(hdr, wire::kFrameBytes);
-    r.u32();
-    r.u32();
-    uint64_t len = r.u64();
-    if (len < 4 || len > wire::kMaxErrorText)
-      return LOOM_ERROR(kRemote, "bootstrap rank {}: malformed error frame from rank {}", rank,
-                        peer);
-    std::string body(len, '\0');
-    Status st = recvAll(fd, &body[0], len, Deadline(2000), abortFlags());
+  // Reads the body of an error frame (header decoded: its length is in range) and turns it into
+  // the Status it reports.
+  auto errorFrame = [&](int fd, const wire::Frame& f, int peer) {
+    std::string body(f.bytes, '\0');
+    Status st = recvAll(fd, &body[0], body.size(), Deadline(2000), abortFlags());
     if (!st.isOk()) return closed(peer, st);
-    wire::Reader b(body.data(), body.size());
-    Code code = static_cast<Code>(b.u32());
+    auto e = wire::decodeErrorBody(body.data(), body.size());
+    if (!e.isOk())
+      return LOOM_ERROR(kRemote, "bootstrap rank {}: rank {}: {}", rank, peer,
+                        e.status().message());
+    Code code = static_cast<Code>(e.value().code);
     if (code != Code::kTimeout) code = Code::kRemote;
-    return Status(code, body.substr(4));
+    return Status(code, e.value().text);
+  };
+  // The back channel carries error frames only: anything else is garbage.
+  auto backFrame = [&]() -> Result<wire::Frame> {
+    auto f = wire::decodeFrameHeader(backHdr, sizeof(backHdr));
+    if (f.isOk() && f.value().kind != wire::kFrameError)
+      return LOOM_ERROR(kInvalidArgument, "a frame of kind {} towards the predecessor",
+                        f.value().kind);
+    return f;
   };
 
   // The successor may have reported a failure just before its sockets went away (an error frame
@@ -408,9 +381,9 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
       need -= r.value();
     }
     if (backOff < sizeof(backHdr)) return local;
-    wire::Reader h(backHdr, sizeof(backHdr));
-    if (h.u32() != wire::kFrameMagic || h.u32() != wire::kFrameError) return local;
-    Status reported = errorFrame(nfd, backHdr, peer);
+    auto f = backFrame();
+    if (!f.isOk()) return local;
+    Status reported = errorFrame(nfd, f.value(), peer);
     return reported.message().find("closed its connection (seen by rank " + std::to_string(rank)) !=
                    std::string::npos
                ? local
@@ -450,17 +423,15 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
       bool headerNow = recvOff < wire::kFrameBytes && recvOff + r.value() == wire::kFrameBytes;
       recvOff += r.value();
       if (headerNow) {
-        wire::Reader h(recvHdr, sizeof(recvHdr));
-        uint32_t magic = h.u32();
-        uint32_t kind = h.u32();
-        uint64_t len = h.u64();
-        if (magic != wire::kFrameMagic)
-          return fail(
-              LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {} (magic 0x{:08x})", rank,
-                         prevR, magic),
-              nfd, sendOff == 0, prevR);
+        auto f = wire::decodeFrameHeader(recvHdr, sizeof(recvHdr));
+        if (!f.isOk())
+          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {}: {}", rank,
+                                 prevR, f.status().message()),
+                      nfd, sendOff == 0, prevR);
+        const uint32_t kind = f.value().kind;
+        const uint64_t len = f.value().bytes;
         if (kind == wire::kFrameError)
-          return fail(errorFrame(pfd, recvHdr, prevR), nfd, sendOff == 0, -1);
+          return fail(errorFrame(pfd, f.value(), prevR), nfd, sendOff == 0, -1);
         if (kind == wire::kFrameBye)
           return fail(LOOM_ERROR(kInvalidUsage,
                                  "bootstrap rank {}: rank {} destroyed the communicator during a "
@@ -485,11 +456,12 @@ Status Bootstrap::Impl::allGather(const void* mine, size_t bytes, void* all,
       if (!r.isOk()) return fail(reportedBy(nextR, closed(nextR, r.status())), nfd, false, nextR);
       backOff += r.value();
       if (backOff == sizeof(backHdr)) {
-        wire::Reader h(backHdr, sizeof(backHdr));
-        if (h.u32() != wire::kFrameMagic || h.u32() != wire::kFrameError)
-          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {}", rank, nextR),
+        auto f = backFrame();
+        if (!f.isOk())
+          return fail(LOOM_ERROR(kRemote, "bootstrap rank {}: garbage from rank {}: {}", rank,
+                                 nextR, f.status().message()),
                       nfd, false, nextR);
-        return fail(errorFrame(nfd, backHdr, nextR), nfd, false, -1);
+        return fail(errorFrame(nfd, f.value(), nextR), nfd, false, -1);
       }
     }
     if (progressed) continue;
@@ -520,11 +492,7 @@ Bootstrap::~Bootstrap() {
   // closed sockets for this rank's death. Not after a failure or an abort: those must be seen.
   Impl& s = *impl_;
   if (!s.joined || s.nranks == 1 || !s.broken.isOk() || s.isAborted()) return;
-  std::string frame;
-  wire::Writer w(&frame);
-  w.u32(wire::kFrameMagic);
-  w.u32(wire::kFrameBye);
-  w.u64(0);
+  std::string frame = wire::encodeFrameHeader(wire::kFrameBye, 0);
   Deadline brief(200);
   for (Fd* fd : {&s.prev, &s.next})
     if (fd->valid()) (void)sendAll(fd->get(), frame.data(), frame.size(), brief, s.abortFlags());
@@ -649,10 +617,8 @@ Status Bootstrap::pollFailure() {
           s.next.get(), true, peers[k]);
     }
     if (static_cast<size_t>(n) < sizeof(hdr)) continue;  // the rest of the header is on its way
-    wire::Reader h(hdr, sizeof(hdr));
-    uint32_t magic = h.u32(), kind = h.u32();
-    uint64_t len = h.u64();
-    if (magic == wire::kFrameMagic && kind == wire::kFrameBye) {
+    auto f = wire::decodeFrameHeader(hdr, sizeof(hdr));
+    if (f.isOk() && f.value().kind == wire::kFrameBye) {
       (void)::recv(fds[k], hdr, sizeof(hdr), MSG_DONTWAIT);
       *left[k] = true;
       LOOM_INFO(kSubBootstrap, "bootstrap rank {}: rank {} left the communicator", s.rank,
@@ -660,18 +626,17 @@ Status Bootstrap::pollFailure() {
       continue;
     }
     // Data from the predecessor may arrive early (it entered the next bootstrap allGather
-    // first): leave it for that call. Only error frames are failures.
-    if (magic != wire::kFrameMagic || kind != wire::kFrameError) continue;
-    if (len < 4 || len > wire::kMaxErrorText) continue;
-    std::string frame(sizeof(hdr) + len, '\0');
+    // first): leave it for that call. Only (well-formed) error frames are failures.
+    if (!f.isOk() || f.value().kind != wire::kFrameError) continue;
+    std::string frame(sizeof(hdr) + f.value().bytes, '\0');
     if (!recvAll(fds[k], &frame[0], frame.size(), Deadline(2000), s.abortFlags()).isOk()) continue;
-    wire::Reader b(frame.data() + sizeof(hdr), len);
-    Code code = static_cast<Code>(b.u32());
+    auto e = wire::decodeErrorBody(frame.data() + sizeof(hdr), f.value().bytes);
+    if (!e.isOk()) continue;
+    Code code = static_cast<Code>(e.value().code);
     // Calls that differ between ranks keep their code on every rank (loomInvalidUsage).
     if (code != Code::kTimeout && code != Code::kAborted && code != Code::kInvalidUsage)
       code = Code::kRemote;
-    std::string text = frame.substr(sizeof(hdr) + 4);
-    return s.fail(Status(code, text), s.next.get(), true, -1);
+    return s.fail(Status(code, e.value().text), s.next.get(), true, -1);
   }
   return Status();
 }

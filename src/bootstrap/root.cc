@@ -123,64 +123,22 @@ void Root::acceptAll() {
 }
 
 bool Root::checkHeader(Conn& c, std::string* why, bool* tellPeer) {
-  wire::Reader r(c.in.data(), wire::kHelloBytes);
-  uint32_t magic = r.u32();
-  uint32_t version = r.u32();
-  uint64_t secret = r.u64();
-  int rank = r.i32();
-  int nranks = r.i32();
-  auto listener = r.addr();
-  uint32_t blobLen = r.u32();
-  *tellPeer = false;
-  if (magic != wire::kHelloMagic) {
-    *why = fmt::format("not a Loom bootstrap hello (magic 0x{:08x})", magic);
+  bool foreign = false;
+  auto h = wire::decodeHello(c.in.data(), c.in.size(), secret_, nranks_, &foreign);
+  *tellPeer = !foreign;
+  if (!h.isOk()) {
+    *why = h.status().message();
     return false;
   }
-  *tellPeer = true;
-  if (version != wire::kVersion) {
-    *why = fmt::format("protocol version {}, this root speaks {}", version, wire::kVersion);
-    return false;
-  }
-  if (secret != secret_) {
-    *why = "wrong secret (a rank of another job, or a stale unique id?)";
-    return false;
-  }
-  if (nranks < 1 || nranks > wire::kMaxRanks) {
-    *why = fmt::format("nranks {} out of range", nranks);
-    return false;
-  }
-  if (rank < 0 || rank >= nranks) {
-    *why = fmt::format("rank {} out of range for nranks {}", rank, nranks);
-    return false;
-  }
-  if (nranks_ != 0 && nranks != nranks_) {
-    *why = fmt::format("rank {} says nranks {}, the first rank said {}", rank, nranks, nranks_);
-    return false;
-  }
-  if (blobLen > wire::kMaxBlob) {
-    *why = fmt::format("rank {} sent a {} byte blob (limit {})", rank, blobLen, wire::kMaxBlob);
-    return false;
-  }
-  if (!listener.isOk()) {
-    *why = fmt::format("rank {}: bad listener address: {}", rank, listener.status().message());
-    return false;
-  }
-  c.rank = rank;
-  c.nranks = nranks;
-  c.listener = listener.value();
-  c.want = wire::kHelloBytes + blobLen;
+  c.rank = h.value().rank;
+  c.nranks = h.value().nranks;
+  c.listener = h.value().listener;
+  c.want = wire::kHelloBytes + h.value().blobLen;
   return true;
 }
 
 void Root::sendError(Conn& c, Code code, const std::string& text) {
-  std::string out;
-  wire::Writer w(&out);
-  w.u32(wire::kReplyMagic);
-  w.u32(wire::kReplyError);
-  w.u32(static_cast<uint32_t>(code));
-  w.u32(0);
-  w.u64(text.size());
-  w.bytes(text.data(), text.size());
+  std::string out = wire::encodeReplyError(code, text);
   // Best effort and nonblocking: a short message fits in any socket buffer.
   (void)sendSome(c.fd.get(), out.data(), out.size());
 }
@@ -210,6 +168,16 @@ void Root::checkIn(Conn& c) {
   if (Conn* other = byRank_[c.rank]) {
     drop(c, fmt::format("rank {} already checked in from {}", c.rank, other->peer.toString()),
          true);
+    return;
+  }
+  // The acknowledgement tells the rank at once that a Loom root holds this address (24 bytes on a
+  // fresh connection: the socket's buffer takes them whole).
+  const std::string ack =
+      wire::encodeReplyHeader(wire::kReplyAck, static_cast<uint32_t>(c.rank), 0);
+  Status sent = sendAll(c.fd.get(), ack.data(), ack.size(), Deadline(wire::handshakeTimeoutMs()));
+  if (!sent.isOk()) {
+    drop(c, fmt::format("rank {}: could not acknowledge its hello: {}", c.rank, sent.message()),
+         false);
     return;
   }
   c.checkedIn = true;
@@ -258,20 +226,13 @@ void Root::progress(Conn& c) {
 
 void Root::sendTables() {
   std::string payload;
-  wire::Writer w(&payload);
   for (int r = 0; r < nranks_; ++r) {
     const Conn& c = *byRank_[r];
-    w.addr(c.listener);
-    w.u32(static_cast<uint32_t>(c.in.size() - wire::kHelloBytes));
-    w.bytes(c.in.data() + wire::kHelloBytes, c.in.size() - wire::kHelloBytes);
+    wire::appendTableEntry(&payload, c.listener, c.in.data() + wire::kHelloBytes,
+                           c.in.size() - wire::kHelloBytes);
   }
-  std::string msg;
-  wire::Writer h(&msg);
-  h.u32(wire::kReplyMagic);
-  h.u32(wire::kReplyTable);
-  h.u32(static_cast<uint32_t>(nranks_));
-  h.u32(0);
-  h.u64(payload.size());
+  std::string msg =
+      wire::encodeReplyHeader(wire::kReplyTable, static_cast<uint32_t>(nranks_), payload.size());
   msg += payload;
   // Every rank is waiting for its table: send to all of them at once so that one slow reader
   // does not hold up the others.

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "src/core/status.h"
 #include "transports/socket/socket_util.h"
@@ -13,7 +14,8 @@
 namespace loom {
 namespace wire {
 
-constexpr uint32_t kVersion = 1;
+// Version 2: the root acknowledges each hello at once (kReplyAck).
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kHelloMagic = 0x4c424831;  // "LBH1": rank -> root
 constexpr uint32_t kReplyMagic = 0x4c425231;  // "LBR1": root -> rank
 constexpr uint32_t kRingMagic = 0x4c424731;   // "LBG1": rank -> successor (ring handshake)
@@ -29,12 +31,16 @@ constexpr size_t kAddrBytes = 24;
 // Hello: u32 magic, u32 version, u64 secret, i32 rank, i32 nranks, addr listener, u32 blobLen;
 // then blobLen bytes.
 constexpr size_t kHelloBytes = 4 + 4 + 8 + 4 + 4 + kAddrBytes + 4;
-// Reply header: u32 magic, u32 kind (kReplyTable/kReplyError), u32 code (loomResult_t of an
-// error, else nranks), u32 reserved, u64 payload bytes. A table's payload is nranks entries of
-// {addr listener, u32 blobLen, blob}; an error's payload is its text.
+// Reply header: u32 magic, u32 kind (kReplyTable/kReplyError/kReplyAck), u32 code (loomResult_t
+// of an error, the rank of an acknowledgement, else nranks), u32 reserved, u64 payload bytes. A
+// table's payload is nranks entries of {addr listener, u32 blobLen, blob}; an error's payload is
+// its text; an acknowledgement has none. The root acknowledges a hello as soon as it has checked
+// it, so that a rank whose hello meets silence knows within the handshake deadline that whatever
+// listens at the root's address is not a Loom root (a port held by another program).
 constexpr size_t kReplyBytes = 4 + 4 + 4 + 4 + 8;
 constexpr uint32_t kReplyTable = 1;
 constexpr uint32_t kReplyError = 2;
+constexpr uint32_t kReplyAck = 3;
 // Ring handshake: u32 magic, u32 version, u64 secret, i32 from rank, i32 to rank, i32 nranks.
 // The acceptor answers with the same layout (kAckMagic, from = itself, to = the connector).
 constexpr size_t kRingBytes = 4 + 4 + 8 + 4 + 4 + 4;
@@ -82,6 +88,74 @@ class Reader {
   size_t off_ = 0;
   bool ok_ = true;
 };
+
+// ---- The messages. Each is written and checked by one pair of functions that the root, the ranks
+// and the fuzz target (tests/fuzz/wire_fuzz.cc) share. A decoder takes the bytes as they came off
+// the socket, trusts no length in them, and returns a value or kInvalidArgument naming what is
+// wrong; the caller adds who sent it.
+
+// A rank's hello to the root, header part (its blob follows on the wire).
+struct Hello {
+  uint64_t secret = 0;
+  int rank = 0;
+  int nranks = 0;
+  SockAddr listener;
+  uint32_t blobLen = 0;  // bytes of blob after the header
+};
+// The whole hello: header and blob (h.blobLen is ignored: the blob's size is sent).
+std::string encodeHello(const Hello& h, const std::string& blob);
+// Checks a hello header (the first kHelloBytes of p) against the root's secret and the nranks
+// of the ranks already checked in (0: none yet). *foreign turns true when the bytes are not a
+// Loom bootstrap hello at all (such a peer gets no reply), false otherwise.
+Result<Hello> decodeHello(const void* p, size_t n, uint64_t secret, int knownNranks, bool* foreign);
+
+// The root's reply header.
+struct Reply {
+  uint32_t kind = 0;  // kReplyTable, kReplyError or kReplyAck
+  uint32_t code = 0;  // kReplyTable: nranks; kReplyError: the error's Code; kReplyAck: the rank
+  uint64_t payloadBytes = 0;
+};
+std::string encodeReplyHeader(uint32_t kind, uint32_t code, uint64_t payloadBytes);
+// A whole error reply: the header and the text.
+std::string encodeReplyError(Code code, const std::string& text);
+// Checks a reply header (the first kReplyBytes of p) as rank of nranks receives it: an error, an
+// acknowledgement of this rank's hello, or a table for nranks no larger than nranks entries can
+// be.
+Result<Reply> decodeReplyHeader(const void* p, size_t n, int rank, int nranks);
+// How a rank reports the code of an error reply: kTimeout and kInvalidArgument as they are, any
+// other as kRemote.
+Code replyErrorCode(uint32_t code);
+// A table entry, appended to a table's payload.
+void appendTableEntry(std::string* payload, const SockAddr& listener, const void* blob,
+                      size_t blobLen);
+// A table's payload: exactly nranks entries, nothing after them.
+Status decodeTable(const void* p, size_t n, int nranks, std::vector<SockAddr>* listeners,
+                   std::vector<std::string>* blobs);
+
+// The ring handshake (kRingMagic from the connector, kAckMagic from the acceptor).
+std::string encodeRing(uint32_t magic, uint64_t secret, int from, int to, int nranks);
+// OK when the first kRingBytes of p are the handshake expected, else why not.
+Status checkRing(const void* p, size_t n, uint32_t magic, uint64_t secret, int from, int to,
+                 int nranks);
+
+// An allGather frame header.
+struct Frame {
+  uint32_t kind = 0;  // kFrameData, kFrameError or kFrameBye
+  uint64_t bytes = 0;
+};
+std::string encodeFrameHeader(uint32_t kind, uint64_t bytes);
+// Checks a frame header (the first kFrameBytes of p): the magic, a known kind, and for an error
+// frame a body of 4 to kMaxErrorText bytes.
+Result<Frame> decodeFrameHeader(const void* p, size_t n);
+// What an error frame reports.
+struct ErrorReport {
+  uint32_t code = 0;  // the sender's Code
+  std::string text;
+};
+// A whole error frame: the header, the code, the text (cut to fit kMaxErrorText).
+std::string encodeErrorFrame(Code code, const std::string& text);
+// An error frame's body (its header's bytes of it).
+Result<ErrorReport> decodeErrorBody(const void* p, size_t n);
 
 // 64-bit hash (FNV-1a followed by a splitmix64 finaliser); stable across hosts and builds.
 uint64_t hash64(const void* data, size_t bytes, uint64_t seed = 0);

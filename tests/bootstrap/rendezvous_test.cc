@@ -285,6 +285,55 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
   }
 }
 
+// Another program holds the root's address (rank 0 could not start the root there): a rank that
+// reaches it learns within the handshake deadline (LOOM_TIMEOUT here, 2 s), not at its own
+// deadline, that what listens is not a Loom root, whether that program is silent, hangs up or
+// answers in another protocol.
+TEST(Bootstrap, RootAddressHeldByAnotherProgram) {
+  EnvScope env(testing::EnvVars{{"LOOM_TIMEOUT", "2"}});
+  enum Kind { kSilent, kHangsUp, kAnswers };
+  for (Kind kind : {kSilent, kHangsUp, kAnswers}) {
+    SCOPED_TRACE(kind == kSilent ? "silent" : kind == kHangsUp ? "hangs up" : "answers");
+    SockAddr held;
+    auto l = listenOn(loopback(), &held);
+    ASSERT_TRUE(l.isOk()) << l.status().message();
+    std::atomic<bool> done{false};
+    std::thread program([&] {
+      // The silent program never accepts: the kernel's backlog takes the connection.
+      if (kind == kSilent) return;
+      while (!done.load()) {
+        SockAddr peer;
+        auto c = tryAccept(l.value().get(), &peer);
+        if (!c.isOk() || !c.value().valid()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        if (kind == kAnswers) {
+          const std::string page = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+          (void)sendAll(c.value().get(), page.data(), page.size(), Deadline(2000));
+          (void)testing::drain(c.value().get());
+        }
+      }
+    });
+    UniqueIdInfo id;
+    id.root = held;
+    id.secret = 11;
+    auto b = Bootstrap::connect(id, 1, 3, "", Deadline(120000), nullptr);
+    done = true;
+    program.join();
+    ASSERT_FALSE(b.isOk());
+    EXPECT_EQ(b.status().code(), Code::kSystem) << b.status().message();
+    for (const std::string& mention :
+         {held.toString(), std::string("not a Loom"), std::string("another program")})
+      EXPECT_NE(b.status().message().find(mention), std::string::npos)
+          << "'" << b.status().message() << "' does not mention " << mention;
+    if (kind == kSilent) {
+      EXPECT_NE(b.status().message().find("within 2000 ms"), std::string::npos)
+          << b.status().message();
+    }
+  }
+}
+
 TEST(Bootstrap, RankDeadlineWithoutRoot) {
   // Nothing listens at the root: connect retries until the rank's own deadline.
   SockAddr gone;

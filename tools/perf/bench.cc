@@ -20,6 +20,7 @@
 #include "tools/perf/check.h"
 #include "tools/perf/collectives.h"
 #include "tools/perf/device_buffers.h"
+#include "tools/perf/launcher.h"
 #include "tools/perf/report.h"
 
 namespace loom {
@@ -143,6 +144,7 @@ class Bench {
       if (!usageError_ || first_.rank == 0)
         std::fprintf(stderr, "loom-perf: rank %d: %s\n", first_.rank, st.message().c_str());
       std::fflush(stderr);
+      if (!usageError_) reportFailure(first_.rank, st);
       writeReport(st.message());
       return usageError_ ? kExitUsage : kExitLoomError;
     }

@@ -1,5 +1,6 @@
 #include "tools/perf/launcher.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -7,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/clock.h"
 #include "src/core/params.h"
 #include "tools/perf/bench.h"
 #include "transports/shm/host_area.h"
@@ -31,6 +35,10 @@ namespace {
 constexpr const char* kEnvRank = "LOOMPERF_CHILD_RANK";
 constexpr const char* kEnvNranks = "LOOMPERF_CHILD_NRANKS";
 constexpr const char* kEnvId = "LOOMPERF_CHILD_ID";
+// The write end of the pipe on which a spawned rank reports its failure to the launcher.
+constexpr const char* kEnvReportFd = "LOOMPERF_CHILD_REPORT_FD";
+// A report line: "rank<TAB>ns<TAB>code<TAB>message\n", at most this long (one atomic write).
+constexpr size_t kReportMax = 3000;
 
 std::string hexEncode(const void* data, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
@@ -171,6 +179,106 @@ std::string tooLargeForMachine(const Options& opts, uint64_t available, uint64_t
   return std::string();
 }
 
+void reportFailure(int rank, const Status& st) {
+  const char* fdText = std::getenv(kEnvReportFd);
+  int fd = -1;
+  if (!fdText || !parseInt(fdText, &fd) || fd < 0) return;
+  std::string message = st.message().substr(0, kReportMax - 64);
+  for (char& c : message)
+    if (c == '\n' || c == '\t') c = ' ';
+  const std::string line =
+      fmt::format("{}\t{}\t{}\t{}\n", rank, nowNs(), static_cast<int>(st.code()), message);
+  ssize_t ignored = write(fd, line.data(), line.size());
+  (void)ignored;
+}
+
+int spawnedFirstRank(const Options& opts) {
+  int proc = -1;
+  if (!parseInt(std::getenv(kEnvRank), &proc) || proc < 0) return -1;
+  return proc * opts.nThreads * opts.nGpus;
+}
+
+namespace {
+
+// The rank whose failure `message` relays ("rank N failed: ..."), or -1.
+int relayedFrom(const std::string& message, int self) {
+  static const std::string kMark = " failed: ";
+  for (size_t at = message.find("rank "); at != std::string::npos;
+       at = message.find("rank ", at + 1)) {
+    size_t end = at + 5;
+    while (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+    if (end == at + 5 || message.compare(end, kMark.size(), kMark) != 0) continue;
+    const int r = std::atoi(message.c_str() + at + 5);
+    if (r != self) return r;
+  }
+  return -1;
+}
+
+// Parses the report lines in `text` into ends (by rank).
+void parseReports(const std::string& text, std::map<int, RankEnd>* ends) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) break;
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1), t3 = line.find('\t', t2 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos || t3 == std::string::npos) continue;
+    RankEnd& e = (*ends)[std::atoi(line.c_str())];
+    if (e.reported) continue;  // the first report of a rank counts
+    e.rank = std::atoi(line.c_str());
+    e.reported = true;
+    e.atNs = std::strtoll(line.c_str() + t1 + 1, nullptr, 10);
+    e.code = static_cast<Code>(std::atoi(line.c_str() + t2 + 1));
+    e.message = line.substr(t3 + 1);
+  }
+}
+
+}  // namespace
+
+std::string failureSummary(const std::vector<RankEnd>& failed) {
+  if (failed.empty()) return std::string();
+  const RankEnd* first = nullptr;
+  std::string why;
+  for (const RankEnd& e : failed)
+    if (!first && !e.killedByUs && WIFSIGNALED(e.waitStatus)) {
+      first = &e;
+      why = describeStatus(e.waitStatus);
+    }
+  auto earliest = [&](auto&& accept) {
+    const RankEnd* best = nullptr;
+    for (const RankEnd& e : failed)
+      if (e.reported && accept(e) && (!best || e.atNs < best->atNs)) best = &e;
+    return best;
+  };
+  if (!first) {
+    first = earliest([](const RankEnd& e) {
+      return e.code != Code::kTimeout && relayedFrom(e.message, e.rank) < 0;
+    });
+    if (first) why = first->message;
+  }
+  if (!first) {
+    for (const RankEnd& e : failed)
+      if (!first && e.killedByUs) first = &e;
+    if (first)
+      why = "it stopped making progress (the others failed waiting for it, and it was killed)";
+  }
+  if (!first) {
+    first = earliest([](const RankEnd&) { return true; });
+    if (first) why = first->message;
+  }
+  if (!first) return std::string();
+  std::vector<int> after;
+  for (const RankEnd& e : failed)
+    if (&e != first) after.push_back(e.rank);
+  std::sort(after.begin(), after.end());
+  std::string line = fmt::format("rank {} failed first: {}", first->rank, why);
+  if (!after.empty())
+    line += fmt::format("; rank{} {} failed after it", after.size() > 1 ? "s" : "",
+                        fmt::join(after, ","));
+  return line;
+}
+
 int spawnRanks(const Options& opts, int argc, char** argv) {
   struct statvfs shm {};
   const uint64_t shmFree =
@@ -202,6 +310,12 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
   baseEnv.push_back(std::string(kEnvNranks) + "=" + std::to_string(opts.np));
   baseEnv.push_back(std::string(kEnvId) + "=" + idHex);
 
+  // Ranks report their failures on this pipe (the read end stays here; the write end is the
+  // only descriptor a rank inherits from it).
+  int report[2] = {-1, -1};
+  if (pipe2(report, O_CLOEXEC | O_NONBLOCK) != 0) report[0] = report[1] = -1;
+  if (report[1] >= 0) baseEnv.push_back(fmt::format("{}={}", kEnvReportFd, report[1]));
+
   const pid_t parent = getpid();
   std::map<pid_t, int> alive;  // pid -> rank
   int exitCode = 0;
@@ -224,6 +338,7 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
       // A rank must not outlive the parent (ctest or the user may kill it).
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(kExitLoomError);
+      if (report[1] >= 0) fcntl(report[1], F_SETFD, 0);  // kept across execve
       execve("/proc/self/exe", childArgv.data(), envp.data());
       const char msg[] = "loom-perf: execve(/proc/self/exe) failed\n";
       ssize_t ignored = write(2, msg, sizeof(msg) - 1);
@@ -232,6 +347,18 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
     }
     alive[pid] = rank;
   }
+  if (report[1] >= 0) ::close(report[1]);
+  std::string reports;
+  auto readReports = [&] {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = report[0] >= 0 ? ::read(report[0], buf, sizeof(buf)) : -1;
+      if (n <= 0) return;
+      reports.append(buf, static_cast<size_t>(n));
+    }
+  };
+  std::map<int, RankEnd> ends;   // by rank, of the ranks that failed
+  std::vector<int> failedOrder;  // ranks, in the order their processes ended
 
   using Clock = std::chrono::steady_clock;
   const int grace = graceSeconds(opts);
@@ -241,7 +368,16 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
   if (failed && !alive.empty()) deadline = Clock::now() + std::chrono::seconds(grace);
   while (!alive.empty()) {
     int status = 0;
-    pid_t pid = waitpid(-1, &status, failed && !killed ? WNOHANG : 0);
+    readReports();
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid == 0 && !failed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (pid == 0 && killed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (pid == 0) {
       if (Clock::now() >= deadline) {
         for (const auto& [p, rank] : alive) {
@@ -250,6 +386,7 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
                        "failed; killing it\n",
                        rank, static_cast<int>(p), grace, firstFailedRank);
           kill(p, SIGKILL);
+          ends[rank].killedByUs = true;
         }
         killed = true;
       } else {
@@ -266,7 +403,14 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
     const int rank = it->second;
     alive.erase(it);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    if (killed) continue;  // already reported
+    if (!(WIFEXITED(status) &&
+          (WEXITSTATUS(status) == kExitWrong || WEXITSTATUS(status) == kExitUsage))) {
+      RankEnd& e = ends[rank];
+      e.rank = rank;
+      e.waitStatus = status;
+      failedOrder.push_back(rank);
+    }
+    if (ends.count(rank) && ends[rank].killedByUs) continue;  // already reported
     // Wrong values and usage errors are reported by the ranks; anything else deserves a line here.
     if (!(WIFEXITED(status) &&
           (WEXITSTATUS(status) == kExitWrong || WEXITSTATUS(status) == kExitUsage)))
@@ -279,6 +423,13 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
       deadline = Clock::now() + std::chrono::seconds(grace);
     }
   }
+  readReports();
+  if (report[0] >= 0) ::close(report[0]);
+  parseReports(reports, &ends);
+  std::vector<RankEnd> failedEnds;
+  for (int r : failedOrder) failedEnds.push_back(ends[r]);
+  const std::string summary = failureSummary(failedEnds);
+  if (!summary.empty()) std::fprintf(stderr, "loom-perf: %s\n", summary.c_str());
   return exitCode;
 }
 

@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "loom/loom.h"
 #include "src/core/dtype.h"
@@ -70,8 +73,6 @@ bool personality(const char* argv0, CollKind* kind) {
   return false;
 }
 
-int usageError(const std::string& message) { return tools::usageError("loom-perf", message); }
-
 bool parseBytes(const std::string& text, const char* what, size_t* out, std::string* error) {
   int64_t v = 0;
   if (!parseSize(text, &v)) {
@@ -111,10 +112,9 @@ bool parseList(const std::string& text, int count, int (*parseOne)(const char*),
 int parseDataTypeName(const char* name) { return parseDataType(name); }
 int parseRedOpName(const char* name) { return parseRedOp(name); }
 
-void noteIgnored(const char* what, int value) {
+void noteIgnored(const char* what, int value, std::string* err) {
   if (value != 0)
-    std::fprintf(stderr, "loom-perf: note: %s %d is ignored (host buffers, no CUDA)\n", what,
-                 value);
+    *err += fmt::format("loom-perf: note: {} {} is ignored (host buffers, no CUDA)\n", what, value);
 }
 
 }  // namespace
@@ -126,11 +126,25 @@ const char* collTestName(CollKind kind) {
 }
 
 int parseOptions(int argc, char** argv, Options* opts) {
+  ParseOutcome o = parseArgs(std::vector<std::string>(argv, argv + argc), opts);
+  std::fputs(o.out.c_str(), stdout);
+  std::fputs(o.err.c_str(), stderr);
+  return o.exitCode;
+}
+
+ParseOutcome parseArgs(const std::vector<std::string>& argsIn, Options* opts) {
+  ParseOutcome outcome;
+  auto usageError = [&](const std::string& message) {
+    outcome.err += tools::usageErrorText("loom-perf", message);
+    outcome.exitCode = tools::kExitUsage;
+    return outcome;
+  };
   CollKind fixed = CollKind::kAllReduce;
-  bool hasPersonality = personality(argc > 0 ? argv[0] : nullptr, &fixed);
+  bool hasPersonality = personality(argsIn.empty() ? nullptr : argsIn[0].c_str(), &fixed);
 
   // CLI11 would read "-np" as "-n p"; nccl-tests users and mpirun users type "-np".
-  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> args = argsIn;
+  if (args.empty()) args.push_back("loom-perf");
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "-np")
       args[i] = "--np";
@@ -213,13 +227,21 @@ int parseOptions(int argc, char** argv, Options* opts) {
       "with LOOM_COMM_ID; otherwise one rank runs.");
 
   // Every usage error exits 2, its message named.
-  if (int rc =
-          tools::parseCommandLine(app, static_cast<int>(cargv.size()), cargv.data(), "loom-perf");
-      rc >= 0)
-    return rc;
+  {
+    std::ostringstream out, err;
+    int rc = tools::parseCommandLine(app, static_cast<int>(cargv.size()), cargv.data(), "loom-perf",
+                                     out, err);
+    outcome.out += out.str();
+    outcome.err += err.str();
+    if (rc >= 0) {
+      outcome.exitCode = rc;
+      return outcome;
+    }
+  }
   if (opts->printParams) {
-    std::fputs(formatParams().c_str(), stdout);
-    return 0;
+    outcome.out += formatParams();
+    outcome.exitCode = 0;
+    return outcome;
   }
 
   if (hasPersonality) {
@@ -249,7 +271,7 @@ int parseOptions(int argc, char** argv, Options* opts) {
   } else {
     char* end = nullptr;
     long v = std::strtol(rootText.c_str(), &end, 0);
-    if (rootText.empty() || *end != '\0' || v < -1)
+    if (rootText.empty() || *end != '\0' || v < -1 || v > INT_MAX)
       return usageError("invalid root (-r) '" + rootText + "': a rank, or -1/all for every rank");
     opts->root = static_cast<int>(v);
   }
@@ -269,6 +291,10 @@ int parseOptions(int argc, char** argv, Options* opts) {
                       std::to_string(opts->minBytes) + " > " + std::to_string(opts->maxBytes));
   if (stepFactor < 1) return usageError("-f/--stepfactor must be at least 1");
   opts->stepFactor = static_cast<size_t>(stepFactor);
+  if (uint64_t n = sweepLength(*opts); n > kMaxSweepSizes)
+    return usageError(fmt::format(
+        "-b {} -e {} -i {} make a sweep of {} sizes, more than {}: use a larger -i, or -f",
+        opts->minBytes, opts->maxBytes, opts->stepBytes, n, kMaxSweepSizes));
   if (opts->iters < 1) return usageError("-n/--iters must be at least 1");
   if (opts->aggIters < 1) return usageError("-m/--agg_iters must be at least 1");
   if (opts->warmupIters < 0) return usageError("-w/--warmup_iters must not be negative");
@@ -296,11 +322,11 @@ int parseOptions(int argc, char** argv, Options* opts) {
     if (opts->plan) return usageError("--compare and --plan: choose one");
   }
   if (opts->compareRounds < 1) return usageError("--compare-rounds must be at least 1");
-  noteIgnored("-p/--parallel_init", parallelInit);
-  noteIgnored("-G/--cudagraph", cudaGraph);
-  noteIgnored("-C/--report_cputime", cpuTime);
-  noteIgnored("-y/--stream_null", streamNull);
-  return -1;
+  noteIgnored("-p/--parallel_init", parallelInit, &outcome.err);
+  noteIgnored("-G/--cudagraph", cudaGraph, &outcome.err);
+  noteIgnored("-C/--report_cputime", cpuTime, &outcome.err);
+  noteIgnored("-y/--stream_null", streamNull, &outcome.err);
+  return outcome;
 }
 
 std::vector<size_t> sweepSizes(const Options& opts) {
@@ -319,6 +345,24 @@ std::vector<size_t> sweepSizes(const Options& opts) {
     size = next;
   }
   return sizes;
+}
+
+uint64_t sweepLength(const Options& opts) {
+  if (opts.minBytes > opts.maxBytes) return 0;
+  if (opts.stepFactor > 1) {
+    uint64_t n = 0;
+    size_t size = opts.minBytes;
+    while (size <= opts.maxBytes) {  // at most 65 sizes: each step at least doubles the size
+      ++n;
+      if (size > SIZE_MAX / opts.stepFactor) break;
+      size_t next = size == 0 ? 1 : size * opts.stepFactor;
+      if (next <= size) break;
+      size = next;
+    }
+    return n;
+  }
+  if (opts.stepBytes == 0) return 1;
+  return (opts.maxBytes - opts.minBytes) / opts.stepBytes + 1;
 }
 
 }  // namespace perf

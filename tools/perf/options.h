@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,30 @@ struct Options {
   std::string mem = "auto";
 };
 
-// Parses argv into *opts. Returns -1 when the program should run, otherwise the exit code
-// (0 after --help or --params; non-zero after printing what is wrong).
+// What parsing a command line decided: run with the options (exitCode -1), or exit with exitCode
+// (0 after --help, --version or --params; 2 after a usage error). Either way `out` is for stdout
+// and `err` for stderr (a running program may have notes there).
+struct ParseOutcome {
+  int exitCode = -1;
+  std::string out;
+  std::string err;
+};
+
+// Parses args (args[0]: the program's name, whose personality it takes) into *opts. Prints
+// nothing, never exits, throws nothing but std::bad_alloc: the command line is input like any
+// other (tests/fuzz/perf_options_fuzz.cc feeds it garbage).
+ParseOutcome parseArgs(const std::vector<std::string>& args, Options* opts);
+
+// parseArgs on argv, printing its text. Returns -1 when the program should run, otherwise the
+// exit code (0 after --help or --params; non-zero after printing what is wrong).
 int parseOptions(int argc, char** argv, Options* opts);
 
 // The sizes of one sweep, as nccl-tests steps them.
 std::vector<size_t> sweepSizes(const Options& opts);
+// How many sizes sweepSizes gives (0 when minBytes > maxBytes), without making them.
+uint64_t sweepLength(const Options& opts);
+// The most sizes a sweep may have: the sweep is listed before it runs, and no one measures more.
+constexpr uint64_t kMaxSweepSizes = 1000000;
 
 // "all_reduce" for CollKind::kAllReduce, ...: the collective as nccl-tests names its test.
 const char* collTestName(CollKind kind);

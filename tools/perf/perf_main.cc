@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   loom::Status st = initComms(opts, &ranks);
   if (!st.isOk()) {
     std::fprintf(stderr, "loom-perf: %s\n", st.message().c_str());
+    reportFailure(ranks.empty() ? spawnedFirstRank(opts) : ranks.front().rank, st);
     for (const RankContext& r : ranks) loomCommAbort(r.comm);
     return kExitLoomError;
   }

@@ -502,10 +502,9 @@ void Comm::finishRecv(int slot) {
   if (r == nullptr) return;
   slotRecv_[slot] = nullptr;
   const DoneRecord& d = records_[slot];
-  if (d.seq != r->seq + 1) {
-    fail(LOOM_ERROR(kInternal,
-                    "InfiniBand: receive {} from {} completed without its record (record of {})",
-                    r->seq, peer_, static_cast<int64_t>(d.seq) - 1));
+  Status valid = checkDoneRecord(d, r->seq, r->n, r->size);
+  if (!valid.isOk()) {
+    fail(valid.withContext(fmt::format("InfiniBand: receive {} from {}", r->seq, peer_)));
     return;
   }
   switch (static_cast<DoneError>(d.error)) {
@@ -539,16 +538,17 @@ void Comm::matchSends() {
     const CtsSlot& s = cts_[slot];
     const uint64_t want = sendSeq_ + 1;
     if (loadAcquire(&s.head) != want || loadAcquire(&s.tail) != want) return;
+    // Judged on a copy, so that what was checked is what is used.
     CtsSlot copy;
     std::memcpy(&copy, &s, sizeof(copy));
-    const uint32_t n = copy.e[0].n;
-    if (n < 1 || n > kMaxRecvs) {
-      fail(LOOM_ERROR(kRemote, "InfiniBand: corrupt clear-to-send from {} ({} buffers)", peer_, n));
+    Result<bool> complete = ctsComplete(copy, want);
+    if (!complete.isOk()) {
+      fail(complete.status().withContext(fmt::format("InfiniBand: from {}", peer_)));
       return;
     }
-    for (uint32_t i = 0; i < n; ++i)
-      if (loadAcquire(&s.e[i].seq) != want) return;  // still arriving
-    if (unmatched_.size() < n) return;               // the receive's other sends come later
+    if (!complete.value()) return;  // still arriving
+    const uint32_t n = copy.e[0].n;
+    if (unmatched_.size() < n) return;  // the receive's other sends come later
     std::vector<Request*> reqs(unmatched_.begin(), unmatched_.begin() + n);
     unmatched_.erase(unmatched_.begin(), unmatched_.begin() + n);
     Status st = postSlot(copy, reqs);

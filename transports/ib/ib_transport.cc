@@ -34,8 +34,15 @@ struct Incoming {
   size_t sent = 0;
   unsigned char ready = 0;
   bool complete = false;  // comm ready, waiting for an accept call to hand it out
+  // Until the connector's half arrived and passed its checks (the peer knows the secret), the
+  // connection is a stranger's: it has listenerHandshakeTimeoutMs() to get there. Then the whole
+  // handshake has LOOM_TIMEOUT.
+  Deadline strangerDeadline = Deadline::never();
   Deadline deadline = Deadline::never();
 };
+
+// Cap on the incoming connections whose handshake is in progress (each holds an fd).
+constexpr size_t kMaxIncoming = 1024;
 
 struct Listener {
   Port* port = nullptr;
@@ -188,9 +195,9 @@ Status IbTransport::connect(int dev, const net::Handle& handle, void** sendConn)
   LOOM_TRY(checkDev(dev));
   IbHandle h;
   SockAddr addr;
-  if (!readListenHandle(kIbHandleMagic, handle.bytes, &h, &addr))
-    return LOOM_ERROR(kInvalidArgument,
-                      "InfiniBand: connect with a handle that is not an InfiniBand handle");
+  Status valid = readListenHandle(kIbHandleMagic, handle.bytes, &h, &addr);
+  if (!valid.isOk())
+    return valid.withContext("InfiniBand: connect with a handle that is not a listener's");
   std::unique_ptr<Outgoing> o = connecting_.take(handle.bytes, sizeof(h));
   if (!o) {
     o = std::make_unique<Outgoing>();
@@ -233,15 +240,10 @@ Result<bool> IbTransport::progressConnect(Outgoing* o) {
                                    sizeof(o->remote) - o->got));
     if (n == 0) return false;
     o->got += n;
+    LOOM_TRY(checkEndpoint(o->remote, o->got, Side::kConnector, 0));
   }
   if (!o->readySent) {
     const EndpointWire& w = o->remote;
-    if (w.magic != kIbWireMagic || w.version != kIbWireVersion)
-      return LOOM_ERROR(kRemote, "the peer is not a Loom InfiniBand endpoint (version {})",
-                        w.version);
-    if (w.status != 0)
-      return LOOM_ERROR(kRemote,
-                        "the peer refused the connection (it could not set it up; see its log)");
     LOOM_TRY(o->comm->connect(w, o->addr.toString()));
     unsigned char ready = 1;
     LOOM_TRY(sendAll(o->fd.get(), &ready, 1, o->deadline));
@@ -263,10 +265,16 @@ Status IbTransport::accept(void* listener, void** recvConn) {
       break;
     }
     if (!fd.value().valid()) break;
+    if (l->incoming.size() >= kMaxIncoming) {
+      LOOM_WARN("InfiniBand: dropping the connection from {} on {}: {} handshakes already pending",
+                peer.toString(), l->port->name(), l->incoming.size());
+      continue;  // the Fd closes
+    }
     auto in = std::make_unique<Incoming>();
     in->fd = std::move(fd).value();
     (void)setNonBlocking(in->fd.get());
     in->peer = peer;
+    in->strangerDeadline = Deadline(listenerHandshakeTimeoutMs());
     in->deadline = Deadline(defaultTimeoutMs());
     l->incoming.push_back(std::move(in));
   }
@@ -291,6 +299,9 @@ Status IbTransport::accept(void* listener, void** recvConn) {
 
 Result<bool> IbTransport::progressIncoming(Listener* l, Incoming* in) {
   if (in->complete) return true;
+  if (in->got < sizeof(in->remote) && in->strangerDeadline.expired())
+    return LOOM_ERROR(kTimeout, "no handshake within {} ms ({} of {} bytes)",
+                      in->strangerDeadline.timeoutMs(), in->got, sizeof(in->remote));
   if (in->deadline.expired())
     return LOOM_ERROR(kTimeout, "handshake not finished within {} ms (LOOM_TIMEOUT)",
                       in->deadline.timeoutMs());
@@ -299,14 +310,10 @@ Result<bool> IbTransport::progressIncoming(Listener* l, Incoming* in) {
                                    sizeof(in->remote) - in->got));
     if (n == 0) return false;
     in->got += n;
+    LOOM_TRY(checkEndpoint(in->remote, in->got, Side::kAcceptor, l->secret));
   }
   if (!in->comm) {
     const EndpointWire& w = in->remote;
-    if (w.magic != kIbWireMagic || w.version != kIbWireVersion)
-      return LOOM_ERROR(kRemote, "not a Loom InfiniBand handshake");
-    if (w.secret != l->secret) return LOOM_ERROR(kRemote, "wrong secret in the handshake");
-    if (w.nqps < 1 || w.nqps > static_cast<uint32_t>(kMaxQps))
-      return LOOM_ERROR(kRemote, "{} queue pairs requested", w.nqps);
     auto comm = Comm::create(Comm::Role::kRecv, l->port, static_cast<int>(w.nqps));
     Status st = comm.status();
     if (st.isOk()) {

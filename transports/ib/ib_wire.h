@@ -17,8 +17,10 @@
 
 #include <netinet/in.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "src/core/status.h"
 #include "transports/net.h"
 
 namespace loom {
@@ -94,6 +96,30 @@ struct DoneRecord {
   uint64_t errSize;      // bytes the sender had
   uint64_t errCapacity;  // bytes the buffer holds
 };
+
+// ---- The checks of what a peer wrote, shared by the transport and the fuzz target
+// (tests/fuzz/wire_fuzz.cc). None trusts a field it has not checked; each error names the field.
+
+// Which end checks the other's EndpointWire.
+enum class Side { kAcceptor, kConnector };
+// Checks the fields of a peer's half of the handshake that have arrived (the first `got` bytes of
+// w; the rest may be anything), so that a stranger is dropped as soon as its bytes give it away.
+// The acceptor checks the connector's half against its listener's secret (kRemote: not a Loom
+// handshake, wrong secret, queue pairs out of range, an MTU that is no ibv_mtu); the connector
+// checks the acceptor's answer (not a Loom endpoint, a refusal, an MTU that is no ibv_mtu). OK
+// for a complete record means Comm::connect may use it.
+Status checkEndpoint(const EndpointWire& w, size_t got, Side side, uint64_t secret);
+
+// Whether a clear-to-send slot copied out of the FIFO is complete for receive number want - 1:
+// false while its head, tail or entries are still arriving; kRemote when it is corrupt (a buffer
+// count out of 1..kMaxRecvs, or entries that disagree on it). true means entries [0, e[0].n)
+// are the receive's.
+Result<bool> ctsComplete(const CtsSlot& s, uint64_t want);
+
+// Checks the DoneRecord of receive number seq, whose n buffers hold capacity[i] bytes: kInternal
+// when it is not that receive's record, kRemote when it claims more bytes for a buffer than the
+// buffer holds. (Its error field is reported by the receive, not checked here.)
+Status checkDoneRecord(const DoneRecord& d, uint64_t seq, int n, const size_t* capacity);
 
 }  // namespace ib
 }  // namespace loom

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstddef>
 
+#include "src/core/fence.h"
 #include "src/core/params.h"
 
 namespace loom::shm {
@@ -86,7 +87,7 @@ void HostArea::format(char* base, int nlocal, const Options& opts) {
   h->slotBytes = opts.slotBytes;
   h->llBytes = opts.llBytes;
   // The segment is zero-filled; atomics at zero are valid. The magic goes last.
-  std::atomic_thread_fence(std::memory_order_release);
+  loom::fence(std::memory_order_release);
   reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
 }
 

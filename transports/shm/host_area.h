@@ -28,10 +28,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "src/core/clock.h"
 #include "src/core/collective.h"
+#include "src/core/fence.h"
 #include "src/core/log.h"
 #include "src/core/process.h"
 #include "src/core/status.h"
@@ -194,7 +197,7 @@ class HostArea {
     RankArea* a = rankArea(local);
     // Pairs with the waiter's seq_cst increment of `waiters` before it re-checks the rings: either
     // it sees what we published, or we see it waiting.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    loom::fence(std::memory_order_seq_cst);
     if (a->waiters.load(std::memory_order_relaxed) == 0) return;
     ringBell(a);
   }
@@ -246,13 +249,23 @@ class HostArea {
   size_t areaOffset_ = 0, areaBytes_ = 0, matrixOffset_ = 0, ringOffset_ = 0, ringBytes_ = 0;
 };
 
+// What a wait waits for, for its messages: a fixed text, or a function that says it at the time
+// (which ranks are still missing).
+template <typename What>
+std::string describeWait(const What& what) {
+  if constexpr (std::is_invocable_v<const What&>)
+    return what();
+  else
+    return std::string(what);
+}
+
 // Polls ready() (yielding the core between polls when ranks outnumber cores or the wait is not
 // short, else with a pause instruction) for spinNs, then sleep()s (on the doorbell, in 1 ms naps);
 // checks abort, the deadline (timeoutMs > 0: LOOM_TIMEOUT) and, every kPeerCheckNs, the peers'
 // liveness (check()) between polls.
-template <typename Ready, typename Sleep, typename Check>
+template <typename Ready, typename Sleep, typename Check, typename What>
 Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* abortFlag,
-               bool yield, int64_t spinNs, int64_t timeoutMs, const char* what) {
+               bool yield, int64_t spinNs, int64_t timeoutMs, const What& what) {
   if (ready()) return Status();
   int64_t start = nowNs();
   int64_t lastCheck = start;
@@ -280,10 +293,11 @@ Status waitFor(Ready ready, Sleep sleep, Check check, const std::atomic<bool>* a
     // slow): not on the look that started this pass of the loop.
     if (timeoutMs > 0 && now - start > timeoutMs * 1000000 && !ready())
       return LOOM_ERROR(kTimeout, "no progress for {} s (LOOM_TIMEOUT) waiting for {}",
-                        timeoutMs / 1000, what);
+                        timeoutMs / 1000, describeWait(what));
     if (notice.due((now - start) / 1000000))
       LOOM_WARN("no progress for {} s{} waiting for {}", (now - start) / 1000000000,
-                timeoutMs > 0 ? fmt::format(" of {} (LOOM_TIMEOUT)", timeoutMs / 1000) : "", what);
+                timeoutMs > 0 ? fmt::format(" of {} (LOOM_TIMEOUT)", timeoutMs / 1000) : "",
+                describeWait(what));
     if (now - start >= spinNs) sleep();
   }
   return Status();

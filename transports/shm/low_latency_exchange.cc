@@ -1,6 +1,26 @@
 #include "transports/shm/low_latency_exchange.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "src/core/fence.h"
+
 namespace loom::shm {
+
+Status checkPublished(const LlFlags& theirs, int theirRank, uint64_t signature, int myRank,
+                      const CallNote& mine, size_t llBytes) {
+  // One copy of the call note: what is described is what was compared.
+  const CallNote call = theirs.call;
+  if (theirs.signature != signature)
+    return LOOM_ERROR(kInvalidUsage, "{}", differentCalls(theirRank, &call, myRank, mine))
+        .withCause(Cause::kMismatch);
+  if (theirs.bytes > llBytes)
+    return LOOM_ERROR(kInternal, "shm: rank {} published {} low-latency bytes, its buffer holds {}",
+                      theirRank, theirs.bytes, llBytes);
+  return Status();
+}
 
 void LowLatencyExchange::publish(uint64_t seq, uint64_t bytes, uint64_t signature,
                                  const CallNote& call) {
@@ -24,6 +44,15 @@ bool LowLatencyExchange::allReady(uint64_t seq) {
   return true;
 }
 
+std::string LowLatencyExchange::missingRanks(uint64_t seq) {
+  std::vector<int> missing;
+  for (int i = 0; i < area_.nlocal(); ++i)
+    if (!oneReady(i, seq)) missing.push_back(area_.peer(i).rank);
+  std::sort(missing.begin(), missing.end());
+  return fmt::format("rank{} {} of this host to enter the same call",
+                     missing.size() == 1 ? "" : "s", fmt::join(missing, ","));
+}
+
 Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spinNs,
                                    int64_t timeoutMs) {
   const int me = area_.localIndex();
@@ -37,7 +66,7 @@ Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spi
       area_.atCheck(i, CheckPoint::kLowLatencyWait);
       Status gone = area_.peerGone(i);  // slow: a kill() and a /proc read
       bool queued = area_.messageQueuedFrom(i);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      loom::fence(std::memory_order_seq_cst);
       if (oneReady(i, seq)) continue;  // it caught up: neither is evidence against it
       if (!gone.isOk()) return gone;
       // A message from a peer that has not published seq was sent before it entered this
@@ -58,15 +87,11 @@ Status LowLatencyExchange::waitAll(uint64_t seq, uint64_t signature, int64_t spi
   LOOM_TRY(waitFor([&] { return allReady(seq); },
                    [&] { area_.sleepOnBell(1, [&] { return allReady(seq); }); }, check,
                    area_.abortFlag(), area_.options().yieldWhenIdle, spinNs, timeoutMs,
-                   "the other ranks of this host"));
-  for (int i = 0; i < area_.nlocal(); ++i) {
-    LlFlags* f = HostArea::llFlagsOf(buffer(i, seq));
-    if (f->signature != signature)
-      return LOOM_ERROR(kInvalidUsage, "{}",
-                        differentCalls(area_.peer(i).rank, &f->call, area_.peer(me).rank,
-                                       HostArea::llFlagsOf(buffer(me, seq))->call))
-          .withCause(Cause::kMismatch);
-  }
+                   [&] { return missingRanks(seq); }));
+  const CallNote mine = HostArea::llFlagsOf(buffer(me, seq))->call;
+  for (int i = 0; i < area_.nlocal(); ++i)
+    LOOM_TRY(checkPublished(*HostArea::llFlagsOf(buffer(i, seq)), area_.peer(i).rank, signature,
+                            area_.peer(me).rank, mine, area_.options().llBytes));
   return Status();
 }
 

@@ -10,11 +10,20 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "src/core/status.h"
 #include "transports/shm/host_area.h"
 
 namespace loom::shm {
+
+// Checks the flags local rank `theirs` (communicator rank theirRank) published for an operation
+// whose signature is `signature`, as this rank (myRank, which called `mine`) reads them: they lie
+// in memory the peer's process writes. kInvalidUsage (Cause::kMismatch), saying how the calls
+// differ, when the signatures differ; kInternal when they claim more bytes than a buffer of
+// llBytes holds.
+Status checkPublished(const LlFlags& theirs, int theirRank, uint64_t signature, int myRank,
+                      const CallNote& mine, size_t llBytes);
 
 class LowLatencyExchange {
  public:
@@ -48,6 +57,8 @@ class LowLatencyExchange {
  private:
   bool oneReady(int local, uint64_t seq);
   bool allReady(uint64_t seq);
+  // "ranks 1,3 of this host to enter the same call": the ranks that have not published seq.
+  std::string missingRanks(uint64_t seq);
 
   HostArea& area_;
 };

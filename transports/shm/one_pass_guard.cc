@@ -3,13 +3,14 @@
 #include <atomic>
 
 #include "src/core/clock.h"
+#include "src/core/fence.h"
 
 namespace loom::shm {
 
 Status OnePassGuard::begin() {
   const int me = area_.localIndex();
   area_.rankArea(me)->onePass.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  loom::fence(std::memory_order_seq_cst);
   for (int i = 0; i < area_.nlocal(); ++i) {
     if (i == me) continue;
     auto st = static_cast<PeerState>(area_.rankArea(i)->state.load(std::memory_order_seq_cst));

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace loom::shm {
 
@@ -20,11 +22,50 @@ struct FdCloser {
   }
 };
 
+// This process's mappings of segments, by the file they map (device and inode: a name may be
+// reused once unlinked, a file cannot while it is mapped), with how many Segments use each.
+struct Mapping {
+  char* base;
+  size_t size;
+  int users;
+};
+std::mutex gMappingsMu;
+std::map<std::pair<dev_t, ino_t>, Mapping>& mappings() {
+  static auto* m = new std::map<std::pair<dev_t, ino_t>, Mapping>();  // outlives every Segment
+  return *m;
+}
+
 }  // namespace
 
 Segment::~Segment() {
   unlink();
-  if (base_) munmap(base_, size_);
+  if (!base_) return;
+  std::lock_guard<std::mutex> lock(gMappingsMu);
+  auto it = mappings().find(file_);
+  if (it != mappings().end() && it->second.base == base_ && --it->second.users > 0) return;
+  if (it != mappings().end() && it->second.base == base_) mappings().erase(it);
+  munmap(base_, size_);
+}
+
+Status Segment::map(int fd, size_t bytes) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return LOOM_ERROR(kSystem, "fstat({}): {}", name_, std::strerror(errno));
+  file_ = {st.st_dev, st.st_ino};
+  std::lock_guard<std::mutex> lock(gMappingsMu);
+  auto it = mappings().find(file_);
+  if (it != mappings().end() && it->second.size == bytes) {
+    ++it->second.users;
+    base_ = it->second.base;
+    size_ = bytes;
+    return Status();
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return LOOM_ERROR(kSystem, "mmap({}, {} bytes): {}", name_, bytes, std::strerror(errno));
+  base_ = static_cast<char*>(p);
+  size_ = bytes;
+  if (it == mappings().end()) mappings().emplace(file_, Mapping{base_, bytes, 1});
+  return Status();
 }
 
 Result<std::unique_ptr<Segment>> Segment::create(const std::string& name, size_t bytes) {
@@ -44,11 +85,7 @@ Result<std::unique_ptr<Segment>> Segment::create(const std::string& name, size_t
   if (rc != 0)
     return LOOM_ERROR(kSystem, "reserving {} bytes of /dev/shm for {}: {}", bytes, name,
                       std::strerror(rc));
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return LOOM_ERROR(kSystem, "mmap({}, {} bytes): {}", name, bytes, std::strerror(errno));
-  s->base_ = static_cast<char*>(p);
-  s->size_ = bytes;
+  LOOM_TRY(s->map(fd, bytes));
   return s;
 }
 
@@ -61,13 +98,9 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, size_t b
   if (static_cast<size_t>(st.st_size) != bytes)
     return LOOM_ERROR(kSystem, "shared segment {} has {} bytes, expected {}", name, st.st_size,
                       bytes);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return LOOM_ERROR(kSystem, "mmap({}, {} bytes): {}", name, bytes, std::strerror(errno));
   std::unique_ptr<Segment> s(new Segment());
   s->name_ = name;
-  s->base_ = static_cast<char*>(p);
-  s->size_ = bytes;
+  LOOM_TRY(s->map(fd, bytes));
   return s;
 }
 

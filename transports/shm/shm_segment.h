@@ -1,11 +1,17 @@
 // A POSIX shared-memory segment (shm_open + mmap), owned by RAII. One rank creates it, the others
 // of the host open it by name, and the creator unlinks the name as soon as every rank has mapped
-// it, so that a crash after that point leaves nothing in /dev/shm.
+// it, so that a crash after that point leaves nothing in /dev/shm. Ranks of one process (threads)
+// that open one segment share one mapping: the same addresses for its flags and atomics in every
+// rank of the process, which is what lets ThreadSanitizer see them synchronize (it knows memory by
+// address), and one mapping instead of one per rank.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "src/core/status.h"
 
@@ -31,6 +37,9 @@ class Segment {
 
  private:
   Segment() = default;
+  // Maps fd (the segment's file, `bytes` long) or takes this process's mapping of that file.
+  Status map(int fd, size_t bytes);
+  std::pair<dev_t, ino_t> file_{};
   std::string name_;
   char* base_ = nullptr;
   size_t size_ = 0;

@@ -12,6 +12,7 @@
 #include "src/core/dtype.h"
 #include "src/reduce/reduce.h"
 #include "transports/shm/shared_alloc.h"
+#include "transports/shm/slot_header.h"
 
 namespace loom::shm {
 
@@ -20,22 +21,6 @@ namespace {
 constexpr size_t kBounceBytes = 256 << 10;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-enum SlotKind : uint32_t { kData = 1, kRts = 2 };
-
-// The 64-byte header in front of each slot's payload.
-struct SlotHdr {
-  uint32_t kind;
-  int32_t tag;
-  uint64_t msgBytes;  // the whole message
-  uint64_t offset;    // kData: where this chunk goes in the message
-  uint64_t chunk;     // kData: payload bytes in this slot
-  uint64_t addr;      // kRts: the message in the sender's address space
-  uint64_t serial;    // kRts from a shared allocation (loomMemAlloc): its serial, else 0
-  uint64_t fd;        //   the allocation's memfd in the sender's fd table
-  uint64_t allocOff;  //   the message's offset in the allocation
-};
-static_assert(sizeof(SlotHdr) == kLine, "slot header is one cache line");
 
 }  // namespace
 
@@ -365,20 +350,21 @@ Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
 }
 
 Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
-  const auto* h = reinterpret_cast<const SlotHdr*>(slot);
+  // The header is read once: what is checked is what is used, whatever the peer's process writes
+  // into the segment meanwhile.
+  SlotHdr copy;
+  std::memcpy(&copy, slot, sizeof(copy));
+  const SlotHdr* h = &copy;
+  SlotExpect e;
+  e.tag = r->tag;
+  e.capacity = r->size;
+  e.reduce = r->reduce;
+  e.started = r->started;
+  e.msgBytes = r->msgBytes;
+  e.moved = r->moved;
+  e.slotBytes = opts_.slotBytes;
+  LOOM_TRY(checkSlot(*h, e));
   if (!r->started) {
-    if (h->tag != r->tag)
-      return LOOM_ERROR(kRemote, "message tag {:#x} does not match the posted receive's tag {:#x}",
-                        h->tag, r->tag)
-          .withCause(Cause::kMismatch);
-    if (h->msgBytes > r->size)
-      return LOOM_ERROR(kRemote, "message truncated: {} bytes into a buffer of {}", h->msgBytes,
-                        r->size)
-          .withCause(Cause::kMismatch);
-    if (r->reduce && h->msgBytes != r->size)
-      return LOOM_ERROR(kRemote, "message of {} bytes where a reduction of {} was posted",
-                        h->msgBytes, r->size)
-          .withCause(Cause::kMismatch);
     r->started = true;
     r->msgBytes = h->msgBytes;
   }
@@ -387,9 +373,6 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
     r->moved = h->msgBytes;
     return Status();
   }
-  if (h->kind != kData || h->offset != r->moved || h->chunk > r->msgBytes - r->moved)
-    return LOOM_ERROR(kInternal, "shm: corrupt slot (kind {}, offset {}, chunk {})", h->kind,
-                      h->offset, h->chunk);
   if (h->chunk) {
     char* dst = r->data + h->offset;
     const char* in = slot + kLine;

@@ -337,11 +337,8 @@ Status SocketComm::acceptHeader(uint64_t n) {
   Frame& f = frame(n);
   FrameHeader h;
   std::memcpy(&h, socks_[0].header, sizeof(h));
-  if (h.magic != kSocketFrameMagic || h.seq != static_cast<uint32_t>(n) || (h.flags & ~kFrameSplit))
-    return LOOM_ERROR(kRemote,
-                      "socket transport: corrupt frame header from peer {} (frame {}: magic {:#x}, "
-                      "sequence {}, flags {:#x})",
-                      peer_, n, h.magic, h.seq, h.flags);
+  Status valid = checkFrameHeader(h, n);
+  if (!valid.isOk()) return valid.withContext(fmt::format("socket transport: from peer {}", peer_));
   SocketRequest* r = f.req;
   int slot = -1;
   for (int j = 0; j < r->n; ++j)

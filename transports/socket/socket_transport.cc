@@ -23,7 +23,6 @@ namespace loom {
 namespace net {
 namespace {
 
-constexpr int64_t kMaxHandshakeMs = 30000;
 constexpr int kMaxAcceptsPerCall = 256;
 constexpr int kDefaultSpeedMbps = 10000;
 
@@ -48,10 +47,7 @@ SocketComm::Options commOptions() {
 }
 
 // How long a half-open incoming socket may take to present its handshake.
-int64_t handshakeTimeoutMs() {
-  int64_t t = defaultTimeoutMs();
-  return t > 0 ? std::min(t, kMaxHandshakeMs) : kMaxHandshakeMs;
-}
+int64_t handshakeTimeoutMs() { return listenerHandshakeTimeoutMs(); }
 
 std::string readSysfs(const std::string& path) {
   std::ifstream in(path);
@@ -241,17 +237,14 @@ Status SocketTransport::connect(int dev, const Handle& handle, void** sendConn) 
   LOOM_TRY(checkDev(dev));
   SocketHandle h;
   SockAddr addr;
-  if (!readListenHandle(kSocketHandleMagic, handle.bytes, &h, &addr))
-    return LOOM_ERROR(kInvalidArgument,
-                      "socket transport: connect with a handle that is not a "
-                      "socket-transport handle");
+  Status valid = readListenHandle(kSocketHandleMagic, handle.bytes, &h, &addr);
+  if (!valid.isOk())
+    return valid.withContext("socket transport: connect with a handle that is not a listener's");
   std::unique_ptr<PendingConnect> pc = connecting_.take(handle.bytes, sizeof(h));
   if (!pc) {
     pc = std::make_unique<PendingConnect>();
     pc->addr = addr;
     pc->addrText = pc->addr.toString();
-    if (pc->addr.family() != AF_INET && pc->addr.family() != AF_INET6)
-      return LOOM_ERROR(kInvalidArgument, "socket transport: handle holds no IP address");
     const int nsocks = nsocksParam();
     const uint64_t connId = randomU64();
     for (int i = 0; i < nsocks; ++i) {
@@ -380,13 +373,7 @@ void SocketTransport::readHellos(SocketListener* l) {
 // saying why it was dropped (its fd is then closed by the caller).
 Status SocketTransport::admit(SocketListener* l, HalfOpen* h) {
   const SocketHello& m = h->hello;
-  if (m.magic != kSocketHelloMagic)
-    return LOOM_ERROR(kRemote, "not a Loom socket-transport handshake (magic {:#x})", m.magic);
-  if (m.secret != l->secret) return LOOM_ERROR(kRemote, "wrong secret in handshake");
-  if (m.version != kSocketWireVersion)
-    return LOOM_ERROR(kRemote, "wire version {}, expected {}", m.version, kSocketWireVersion);
-  if (m.nsocks < 1 || m.nsocks > kSocketMaxSocks || m.index >= m.nsocks)
-    return LOOM_ERROR(kRemote, "bad socket index {} of {}", m.index, m.nsocks);
+  LOOM_TRY(checkHello(m, l->secret));
   auto it = l->gathering.find(m.connId);
   if (it == l->gathering.end()) {
     Gathering g;

@@ -226,6 +226,33 @@ Result<Interface> interfaceFor(const SockAddr& remote) {
   return defaultInterface();
 }
 
+Status decodeListenAddr(uint64_t magic, uint64_t handleMagic, const unsigned char* raw,
+                        uint32_t addrLen, size_t capacity, SockAddr* addr) {
+  if (handleMagic != magic)
+    return LOOM_ERROR(kInvalidArgument,
+                      "the handle's magic is {:#x}, not {:#x} (another transport's handle, or "
+                      "garbage)",
+                      handleMagic, magic);
+  *addr = SockAddr();
+  if (addrLen == 0 || addrLen > capacity || addrLen > sizeof(addr->ss))
+    return LOOM_ERROR(kInvalidArgument, "the handle's address has {} bytes", addrLen);
+  std::memcpy(&addr->ss, raw, addrLen);
+  addr->len = addrLen;
+  const int family = addr->family();
+  if (!((family == AF_INET && addrLen == sizeof(sockaddr_in)) ||
+        (family == AF_INET6 && addrLen == sizeof(sockaddr_in6)))) {
+    *addr = SockAddr();
+    return LOOM_ERROR(kInvalidArgument,
+                      "the handle holds no IPv4 or IPv6 address (family {}, {} bytes)", family,
+                      addrLen);
+  }
+  if (addr->port() == 0) {
+    *addr = SockAddr();
+    return LOOM_ERROR(kInvalidArgument, "the handle's address has port 0");
+  }
+  return Status();
+}
+
 void Fd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
@@ -400,6 +427,12 @@ Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline, Abort
   char* p = static_cast<char*>(data);
   return moveAll(fd, bytes, POLLIN, deadline, abort, "receive",
                  [&](size_t done) { return recvSome(fd, p + done, bytes - done); });
+}
+
+int64_t listenerHandshakeTimeoutMs() {
+  constexpr int64_t kCapMs = 30000;
+  int64_t t = defaultTimeoutMs();
+  return t > 0 ? std::min(t, kCapMs) : kCapMs;
 }
 
 uint64_t randomU64() {

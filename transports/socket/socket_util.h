@@ -139,18 +139,20 @@ Status writeListenHandle(uint64_t magic, uint64_t secret, const SockAddr& addr,
   std::memcpy(bytes, &h, sizeof(h));
   return Status();
 }
-// Reads what writeListenHandle wrote into *h and the address into *addr; false when the bytes
-// are not a handle with this magic (another transport's, or garbage).
+// readListenHandle's checks (below), on the fields of the handle struct.
+Status decodeListenAddr(uint64_t magic, uint64_t handleMagic, const unsigned char* raw,
+                        uint32_t addrLen, size_t capacity, SockAddr* addr);
+
+// Reads what writeListenHandle wrote into *h and the address into *addr (bytes come from another
+// process: through the caller's exchange, or an NCCL net plugin's). kInvalidArgument, saying
+// why, when the bytes are not a handle with this magic (another transport's, or garbage) or do
+// not hold an IPv4 or IPv6 address with a port.
 template <typename H, size_t N>
-bool readListenHandle(uint64_t magic, const unsigned char (&bytes)[N], H* h, SockAddr* addr) {
+Status readListenHandle(uint64_t magic, const unsigned char (&bytes)[N], H* h, SockAddr* addr) {
   static_assert(sizeof(H) <= N, "the handle struct does not fit the handle");
   std::memcpy(h, bytes, sizeof(H));
-  if (h->magic != magic || h->addrLen == 0 || h->addrLen > sizeof(h->addr)) return false;
-  std::memcpy(&addr->ss, h->addr, h->addrLen);
-  addr->len = h->addrLen;
-  return true;
+  return decodeListenAddr(magic, h->magic, h->addr, h->addrLen, sizeof(h->addr), addr);
 }
-
 // The connects in progress of a transport whose connect() does not block (NCCL's contract: it
 // returns no comm until connected, and the caller calls again with the same handle). NCCL keeps
 // this state in the handle; ours is const, so each is kept per calling thread and handle bytes,
@@ -201,6 +203,11 @@ Status sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline,
                AbortFlags abort = AbortFlags());
 Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
                AbortFlags abort = AbortFlags());
+
+// How long an incoming connection on a transport's listener (socket, InfiniBand) may take to
+// complete its handshake before it is dropped: min(LOOM_TIMEOUT, 30 s), so that a stranger that
+// connects and stays silent holds its slot for a bounded time.
+int64_t listenerHandshakeTimeoutMs();
 
 // Random bytes from the kernel (getrandom), for secrets.
 uint64_t randomU64();

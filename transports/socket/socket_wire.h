@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "src/core/status.h"
 #include "transports/net.h"
 
 namespace loom {
@@ -58,6 +59,15 @@ struct FrameHeader {
   uint32_t flags;  // kFrameSplit
 };
 static_assert(sizeof(FrameHeader) == 24, "frame header layout");
+
+// The checks of what a peer sends, shared by the transport and the fuzz target
+// (tests/fuzz/wire_fuzz.cc). Each returns kRemote naming what is wrong; the caller adds who sent
+// it. A socket's Hello as the listener whose secret is `secret` receives it: the magic, the secret,
+// the version, and an index within 1..kSocketMaxSocks sockets.
+Status checkHello(const SocketHello& m, uint64_t secret);
+// The header of frame number n as socket 0 of the receiving end reads it: the magic, the
+// sequence number and known flags. (The size is checked against the posted receive.)
+Status checkFrameHeader(const FrameHeader& h, uint64_t n);
 
 // Payload bytes [*begin, *end) of a frame carried by socket `index`. Split frames are cut into
 // nsocks contiguous parts of equal size (rounded up to 64 bytes; the last parts may be short or

@@ -7,10 +7,15 @@
 #include "transports/ib/ib_transport.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/device/dev_buf.h"
@@ -433,6 +438,277 @@ TEST_P(IbTransportTest, DeviceFatalFailsRequestsWithTheEvent) {
   Status st = sendAfterFailure(p_);
   ASSERT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("mlx5_0"), std::string::npos) << st.message();
+}
+
+// ---- Strangers on the out-of-band handshake port (the twins of Bootstrap.RootDropsStrangers and
+// SocketSetup.StrangersDoNotDisturbRealConnections): whoever connects to an IB listener's TCP port
+// and does not present the listener's secret in a well-formed record is dropped with a warning,
+// gets nothing back, and does not hold up the real connections.
+
+// The listener's address and secret, from its handle.
+SockAddr ibHandleAddr(const net::Handle& h, uint64_t* secret) {
+  ib::IbHandle ih;
+  SockAddr a;
+  Status st = readListenHandle(ib::kIbHandleMagic, h.bytes, &ih, &a);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  *secret = ih.secret;
+  return a;
+}
+
+// The connector's half of a handshake as a stranger who knows the secret would forge it: one
+// queue pair, MTU 4096, InfiniBand.
+ib::EndpointWire forgedEndpoint(uint64_t secret) {
+  ib::EndpointWire w;
+  std::memset(static_cast<void*>(&w), 0, sizeof(w));
+  w.magic = ib::kIbWireMagic;
+  w.secret = secret;
+  w.version = ib::kIbWireVersion;
+  w.nqps = 1;
+  w.lid = 1;
+  w.linkLayer = IBV_LINK_LAYER_INFINIBAND;
+  w.mtu = IBV_MTU_4096;
+  std::snprintf(w.device, sizeof(w.device), "stranger");
+  return w;
+}
+
+Fd strangerConnect(const SockAddr& addr) {
+  auto fd = connectWithRetry(addr, Deadline(10000));
+  EXPECT_TRUE(fd.isOk()) << fd.status().message();
+  return fd.isOk() ? std::move(fd).value() : Fd();
+}
+
+void sendBytes(const Fd& fd, const void* data, size_t bytes) {
+  ASSERT_EQ(::send(fd.get(), data, bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));
+}
+
+// True once the listener dropped the stranger on fd (end of file or reset, with no byte sent to
+// it), accepting meanwhile; every connection accepted goes to *accepted (none should).
+bool droppedWhileAccepting(net::Transport* t, void* listen, int fd, int* accepted,
+                           int64_t timeoutMs) {
+  Deadline deadline(timeoutMs);
+  while (!deadline.expired()) {
+    void* recv = nullptr;
+    EXPECT_TRUE(t->accept(listen, &recv).isOk());
+    if (recv) {
+      ++*accepted;
+      EXPECT_TRUE(t->closeRecv(recv).isOk());
+    }
+    char c;
+    ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT);
+    if (n > 0) {
+      ADD_FAILURE() << "the listener answered a stranger";
+      return false;
+    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    t->waitActivity(nullptr, 0, listen, 10);
+  }
+  return false;
+}
+
+std::string localName(const Fd& fd) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  EXPECT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
+  SockAddr a;
+  std::memcpy(&a.ss, &ss, len);
+  a.len = len;
+  return a.toString();
+}
+
+TEST_P(IbTransportTest, HandshakePortDropsStrangers) {
+  net::Handle handle;
+  void* listen = nullptr;
+  ASSERT_TRUE(t_->listen(0, &handle, &listen).isOk());
+  uint64_t secret = 0;
+  const SockAddr addr = ibHandleAddr(handle, &secret);
+
+  // Strangers arrive first: each sends what its name says and stays connected (but two).
+  struct Stranger {
+    const char* what;
+    std::string bytes;
+    const char* logged;  // what the listener's warning says about it
+    Fd fd;
+  };
+  auto record = [](const ib::EndpointWire& w) {
+    return std::string(reinterpret_cast<const char*>(&w), sizeof(w));
+  };
+  ib::EndpointWire wrongMagic = forgedEndpoint(secret), wrongVersion = forgedEndpoint(secret),
+                   wrongSecret = forgedEndpoint(secret + 1), noQps = forgedEndpoint(secret),
+                   tooManyQps = forgedEndpoint(secret), badMtu = forgedEndpoint(secret);
+  wrongMagic.magic ^= 1;
+  wrongVersion.version = ib::kIbWireVersion + 1;
+  noQps.nqps = 0;
+  tooManyQps.nqps = ib::kMaxQps + 1;
+  badMtu.mtu = 0;
+  std::vector<Stranger> strangers;
+  strangers.push_back({"garbage", std::string(64, 'G'), "not a Loom InfiniBand handshake", Fd()});
+  strangers.push_back({"a megabyte of garbage", std::string(1 << 20, 'x'),
+                       "not a Loom InfiniBand handshake", Fd()});
+  strangers.push_back(
+      {"a wrong magic", record(wrongMagic), "not a Loom InfiniBand handshake", Fd()});
+  strangers.push_back(
+      {"a wrong version", record(wrongVersion), "not a Loom InfiniBand handshake", Fd()});
+  strangers.push_back({"a wrong secret", record(wrongSecret), "wrong secret", Fd()});
+  strangers.push_back(
+      {"a wrong secret, cut short", record(wrongSecret).substr(0, 20), "wrong secret", Fd()});
+  strangers.push_back({"no queue pair", record(noQps), "0 queue pairs requested", Fd()});
+  strangers.push_back({"17 queue pairs", record(tooManyQps), "17 queue pairs requested", Fd()});
+  strangers.push_back({"MTU code 0", record(badMtu), "MTU code 0", Fd()});
+  for (Stranger& s : strangers) {
+    s.fd = strangerConnect(addr);
+    ASSERT_TRUE(s.fd.valid());
+    ssize_t n = ::send(s.fd.get(), s.bytes.data(), s.bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ASSERT_GT(n, 0) << s.what;
+  }
+  Fd silent = strangerConnect(addr);
+  {
+    // A record cut short by a hang-up: dropped at once.
+    Fd cut = strangerConnect(addr);
+    ASSERT_NO_FATAL_FAILURE(sendBytes(cut, record(forgedEndpoint(secret)).data(), 100));
+  }
+
+  ::testing::internal::CaptureStderr();
+  // A real connection in their midst.
+  Link p;
+  p.sendT = p.recvT = t_;
+  Deadline deadline(kTestDeadlineMs);
+  while (p.send == nullptr || p.recv == nullptr) {
+    ASSERT_FALSE(deadline.expired()) << "the real connection did not complete";
+    if (!p.send) {
+      ASSERT_TRUE(t_->connect(0, handle, &p.send).isOk());
+    }
+    if (!p.recv) {
+      ASSERT_TRUE(t_->accept(listen, &p.recv).isOk());
+    }
+  }
+  int accepted = 0;
+  for (Stranger& s : strangers)
+    EXPECT_TRUE(droppedWhileAccepting(t_, listen, s.fd.get(), &accepted, 10000)) << s.what;
+  EXPECT_EQ(accepted, 0) << "a stranger was accepted as a connection";
+  std::string log = ::testing::internal::GetCapturedStderr();
+  for (const Stranger& s : strangers) {
+    EXPECT_NE(log.find("dropping the connection from " + localName(s.fd)), std::string::npos)
+        << s.what << ": " << log;
+    EXPECT_NE(log.find(s.logged), std::string::npos) << s.what << ": " << log;
+  }
+  roundTrip(p, 3 << 20, 3 << 20, 1, 7);
+
+  // The silent stranger is still pending (its deadline is min(LOOM_TIMEOUT, 30 s)); closing the
+  // listener closes it too, and the real connection outlives its listener.
+  EXPECT_TRUE(t_->closeListen(listen).isOk());
+  pollfd pfd{silent.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+  char c;
+  EXPECT_LE(::recv(silent.get(), &c, 1, MSG_DONTWAIT), 0);
+  roundTrip(p, 100, 100, 1, 8);
+  EXPECT_TRUE(t_->closeSend(p.send).isOk());
+  EXPECT_TRUE(t_->closeRecv(p.recv).isOk());
+}
+
+// A stranger that connects and stays silent, or stops halfway through its record, is dropped at
+// the handshake deadline, min(LOOM_TIMEOUT, 30 s); the listener goes on accepting.
+TEST_P(IbTransportTest, HandshakePortDropsSilentStrangersAtTheDeadline) {
+  net::Handle handle;
+  void* listen = nullptr;
+  ASSERT_TRUE(t_->listen(0, &handle, &listen).isOk());
+  uint64_t secret = 0;
+  const SockAddr addr = ibHandleAddr(handle, &secret);
+  {
+    ScopedEnv shortDeadline;
+    shortDeadline.set("LOOM_TIMEOUT", "1");
+    Fd silent = strangerConnect(addr);
+    Fd halfway = strangerConnect(addr);
+    const ib::EndpointWire w = forgedEndpoint(secret);
+    ASSERT_NO_FATAL_FAILURE(sendBytes(halfway, &w, sizeof(w) / 2));
+    ::testing::internal::CaptureStderr();
+    int accepted = 0;
+    const int64_t start = nowNs();
+    EXPECT_TRUE(droppedWhileAccepting(t_, listen, silent.get(), &accepted, 20000));
+    EXPECT_TRUE(droppedWhileAccepting(t_, listen, halfway.get(), &accepted, 20000));
+    EXPECT_GE(nowNs() - start, 900 * int64_t{1000000}) << "dropped before the deadline";
+    EXPECT_EQ(accepted, 0);
+    std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("no handshake within 1000 ms (0 of"), std::string::npos) << log;
+    EXPECT_NE(log.find(fmt::format("no handshake within 1000 ms ({} of", sizeof(w) / 2)),
+              std::string::npos)
+        << log;
+  }
+  // A real connection still completes on the same listener.
+  Link p;
+  p.sendT = p.recvT = t_;
+  Deadline deadline(kTestDeadlineMs);
+  while (p.send == nullptr || p.recv == nullptr) {
+    ASSERT_FALSE(deadline.expired()) << "the real connection did not complete";
+    if (!p.send) {
+      ASSERT_TRUE(t_->connect(0, handle, &p.send).isOk());
+    }
+    if (!p.recv) {
+      ASSERT_TRUE(t_->accept(listen, &p.recv).isOk());
+    }
+  }
+  roundTrip(p, 1000, 1000, 1, 9);
+  EXPECT_TRUE(t_->closeSend(p.send).isOk());
+  EXPECT_TRUE(t_->closeRecv(p.recv).isOk());
+  EXPECT_TRUE(t_->closeListen(listen).isOk());
+}
+
+// The other way round: a handle that points at something else than an IB listener (a port held
+// by another program, one that answers garbage or nothing). connect() fails, naming the cause,
+// instead of waiting forever.
+TEST_P(IbTransportTest, ConnectToAStrangerFails) {
+  auto lo = resolveHost("127.0.0.1", 0);
+  ASSERT_TRUE(lo.isOk()) << lo.status().message();
+  SockAddr bound;
+  auto lfd = listenOn(lo.value(), &bound);
+  ASSERT_TRUE(lfd.isOk()) << lfd.status().message();
+  net::Handle handle;
+  ASSERT_TRUE(writeListenHandle<ib::IbHandle>(ib::kIbHandleMagic, 42, bound, handle.bytes).isOk());
+  // Connects until connect() fails or gives a comm (it must not), for at most timeoutMs.
+  auto connectUntilFailure = [&](int64_t timeoutMs) {
+    Deadline deadline(timeoutMs);
+    while (!deadline.expired()) {
+      void* send = nullptr;
+      Status st = t_->connect(0, handle, &send);
+      if (send != nullptr) {
+        ADD_FAILURE() << "connected to a stranger";
+        (void)t_->closeSend(send);
+        return Status();
+      }
+      if (!st.isOk()) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return LOOM_ERROR(kInternal, "test: connect() neither failed nor connected");
+  };
+
+  // A stranger that answers garbage.
+  std::thread answer([&] {
+    Deadline d(10000);
+    while (!d.expired()) {
+      SockAddr peer;
+      auto fd = tryAccept(lfd.value().get(), &peer);
+      if (fd.isOk() && fd.value().valid()) {
+        std::string junk(sizeof(ib::EndpointWire), 'J');
+        (void)sendAll(fd.value().get(), junk.data(), junk.size(), Deadline(5000));
+        pollfd pfd{fd.value().get(), POLLIN, 0};
+        (void)::poll(&pfd, 1, 5000);  // until the connector hangs up
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  Status st = connectUntilFailure(20000);
+  answer.join();
+  EXPECT_EQ(st.code(), Code::kRemote) << st.message();
+  EXPECT_NE(st.message().find("not a Loom InfiniBand endpoint"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(bound.toString()), std::string::npos) << st.message();
+
+  // A stranger that says nothing (the kernel completes the connection from its backlog): the
+  // connect fails at LOOM_TIMEOUT.
+  ScopedEnv shortDeadline;
+  shortDeadline.set("LOOM_TIMEOUT", "1");
+  st = connectUntilFailure(20000);
+  EXPECT_EQ(st.code(), Code::kTimeout) << st.message();
+  EXPECT_NE(st.message().find("handshake timed out"), std::string::npos) << st.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, IbTransportTest, ::testing::Values("fake", "real"),
