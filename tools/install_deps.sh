@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache
   libfmt-dev nlohmann-json3-dev libcli11-dev libpugixml-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps python3 clang-format git

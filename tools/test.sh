@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite from nothing: installs dependencies, checks formatting, builds from scratch
 # (warnings are errors) and runs every test; then builds again with AddressSanitizer and
-# UndefinedBehaviorSanitizer and runs every test under them.
+# UndefinedBehaviorSanitizer and runs every test under them; then builds the transport, executor
+# and failure tests with ThreadSanitizer and runs them. Each stage's start is logged with the
+# minutes since the start.
 #   tools/test.sh                          # what CI runs
-#   SANITIZE=0 tools/test.sh               # skip the sanitizer stage
+#   SANITIZE=0 tools/test.sh               # skip both sanitizer stages
+#   TSAN=0 tools/test.sh                   # skip the ThreadSanitizer stage
 #   CTEST_ARGS="-R Socket" tools/test.sh   # a subset
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+stage() { printf '== %s (at %d min %02d s)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
+stage "dependencies"
 "$ROOT/tools/install_deps.sh"
 "$ROOT/tools/check_format.sh"
 
@@ -19,14 +24,19 @@ run_ctest() {
   (cd "$dir" && ctest --output-on-failure -j "$(nproc)" --timeout 600 --repeat until-pass:2 "$@" ${CTEST_ARGS:-})
 }
 
+# Line tables only (-g1): enough for every backtrace and sanitizer report to name file and line,
+# and it compiles about 40% faster than full debug information.
+stage "build (warnings are errors)"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 "$ROOT/tools/build.sh" \
-  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON
+  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+stage "every test"
 run_ctest "${BUILD_DIR:-$ROOT/build-test}"
 
 # loom_torch installed as a user installs it (one pip install from the repository, against this
 # build's libloom), then imported from outside the repository: "loom" is a torch backend.
 if python3 -c "import torch" 2>/dev/null; then
-  echo "== pip install src/torch (loom_torch)"
+  stage "pip install src/torch (loom_torch)"
   LOOM_HOME=${BUILD_DIR:-$ROOT/build-test} python3 -m pip install -q --no-build-isolation \
     "$ROOT/src/torch"
   (cd / && python3 -c "import loom_torch, torch.distributed as d; \
@@ -35,10 +45,14 @@ print('loom_torch', loom_torch.loom_version(), 'registered as', loom_torch.BACKE
 fi
 
 if [ "${SANITIZE:-1}" != 0 ]; then
-  echo "== the same tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  # loom_torch is not built here: python3 would need the sanitizers' runtimes preloaded.
+  stage "build with AddressSanitizer + UndefinedBehaviorSanitizer"
+  # loom_torch is not built here: python3 would need the sanitizers' runtimes preloaded. -O1 -g1,
+  # as the sanitizers' authors advise: it compiles in half the time of -O2 -g under them (and
+  # warnings, checked in the first stage, are not errors: -O1 has false "maybe uninitialized").
   BUILD_DIR=$ROOT/build-test-asan FRESH=1 "$ROOT/tools/build.sh" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF
+    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+  stage "every test under AddressSanitizer + UndefinedBehaviorSanitizer"
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1
   # The generators' proofs over every layout ran in the first stage; under the sanitizers (about
@@ -56,6 +70,13 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # runs over sockets and the plugin here) and loom-perf at 5 ranks (the same code as at 3, which
   # stays) ran in the first stage too: about 90 s of this stage's 10 minutes, to keep CI under 40.
   run_ctest "$ROOT/build-test-asan" -E \
-    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5)$'
+    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*)$'
 
+  if [ "${TSAN:-1}" != 0 ]; then
+    # ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths, ranks
+    # as threads of one process (tools/tsan_check.sh says what runs): about N minutes.
+    stage "ThreadSanitizer: transports, bootstrap, executor, failures"
+    BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
+  fi
 fi
+stage "done"

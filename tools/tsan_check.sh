@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths: builds
+# the four test programs that hold them with -fsanitize=thread in BUILD_DIR (default
+# build-tsan/) and runs them one after the other, each with a deadline. Ranks run as threads of one
+# process here (the thread matrix), so the sanitizer sees every rank's side of each exchange:
+#   transports_tests   every transport's conformance (sockets, shared memory, the emulated IB
+#                      device, the NCCL net plugin both ways), setup and failure cases
+#   bootstrap_tests    the rendezvous, the ring, strangers and killed ranks
+#   runtime_tests      dispatch and connection setup
+#   collectives_tests  the thread matrix, groups, split, bad input, the low-latency race and the
+#                      failure cases (a killed rank, abort, deadlines), over shared memory, then
+#                      sockets, then the emulated IB device
+# Any report fails the run (halt_on_error). Used by tools/test.sh (the CI); alone:
+#   tools/tsan_check.sh            # build and run
+#   FRESH=1 tools/tsan_check.sh    # from scratch
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-tsan}
+TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests)
+
+if [ "${FRESH:-0}" = 1 ]; then rm -rf "$BUILD_DIR"; fi
+launcher=()
+if [ "${LOOM_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# -O1 -g1 as for the other sanitizers; no device kernels (nothing here runs them).
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
+
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+B=$BUILD_DIR/tests
+FAKEVERBS=$B/transports/ib/libloom-fakeverbs.so
+THREADS='Ranks/ThreadMatrix.*:*AllReduceAlgorithms*:Collectives.*:Group.*:Comm.*:Failure.*'
+LOGS=$BUILD_DIR/tsan-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+
+# name|environment|program and arguments
+RUNS=(
+  "transports||transports/transports_tests"
+  "collectives_shm||collectives/collectives_tests --gtest_filter=$THREADS:BadInput.*:LowLatencyRace.*"
+  "collectives_sockets|LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*"
+  "collectives_ib|LOOM_NET=ib LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*"
+  "bootstrap||bootstrap/bootstrap_tests"
+  "runtime||runtime/runtime_tests"
+)
+
+run_one() {
+  local name=${1%%|*} rest=${1#*|}
+  local envs=${rest%%|*} cmd=${rest#*|}
+  local start=$SECONDS rc=0
+  # shellcheck disable=SC2086
+  (cd "$B" && env $envs timeout 600 $cmd >"$LOGS/$name.log" 2>&1) || rc=$?
+  local reports
+  reports=$(grep -c "WARNING: ThreadSanitizer" "$LOGS/$name.log" || true)
+  printf 'tsan: %-20s exit %d, %d report(s), %d s\n' "$name" "$rc" "$reports" $((SECONDS - start))
+  if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then
+    grep -E "WARNING: ThreadSanitizer|SUMMARY|FAILED|Failure" "$LOGS/$name.log" | head -40
+    echo "tsan: the whole log is $LOGS/$name.log"
+    return 1
+  fi
+}
+
+# One at a time: each program runs several ranks as threads already, and the sanitizer slows an
+# oversubscribed machine far more than it slows each run.
+failed=0
+for r in "${RUNS[@]}"; do run_one "$r" || failed=1; done
+if [ "$failed" != 0 ]; then
+  echo "tsan: FAILED (logs in $LOGS)"
+  exit 1
+fi
+echo "tsan: all ${#RUNS[@]} runs clean"
