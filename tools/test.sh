@@ -74,7 +74,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
 
   if [ "${TSAN:-1}" != 0 ]; then
     # ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths, ranks
-    # as threads of one process (tools/tsan_check.sh says what runs): about N minutes.
+    # as threads of one process (tools/tsan_check.sh says what runs): about 8 minutes.
     stage "ThreadSanitizer: transports, bootstrap, executor, failures"
     BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
   fi

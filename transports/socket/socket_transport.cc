@@ -26,13 +26,6 @@ namespace {
 constexpr int kMaxAcceptsPerCall = 256;
 constexpr int kDefaultSpeedMbps = 10000;
 
-int familyParam() {
-  std::string fam = params::kSocketFamily.str();
-  if (fam == "AF_INET" || fam == "4") return AF_INET;
-  if (fam == "AF_INET6" || fam == "6") return AF_INET6;
-  return AF_UNSPEC;
-}
-
 int nsocksParam() {
   return static_cast<int>(std::clamp<int64_t>(params::kSocketNsocks.asInt(), 1, kSocketMaxSocks));
 }
@@ -487,7 +480,7 @@ void SocketTransport::waitActivity(void* const* requests, int n, void* listener,
 
 std::unique_ptr<net::Transport> makeSocketTransport() {
   const std::string spec = params::kSocketIfname.str();
-  const int family = net::familyParam();
+  const int family = socketFamilyParam();
   std::vector<Interface> ifs;
   for (auto& itf : findInterfaces(spec, family)) {
     bool seen = false;

@@ -181,19 +181,20 @@ std::vector<Interface> findInterfaces(const std::string& spec, int family) {
   return out;
 }
 
+int socketFamilyParam() {
+  const std::string fam = params::kSocketFamily.str();
+  if (fam == "AF_INET" || fam == "4") return AF_INET;
+  if (fam == "AF_INET6" || fam == "6") return AF_INET6;
+  return AF_UNSPEC;
+}
+
 Result<Interface> defaultInterface() {
-  std::string fam = params::kSocketFamily.str();
-  int family = AF_UNSPEC;
-  if (fam == "AF_INET" || fam == "4")
-    family = AF_INET;
-  else if (fam == "AF_INET6" || fam == "6")
-    family = AF_INET6;
   std::string spec = params::kSocketIfname.str();
-  auto ifs = findInterfaces(spec, family);
+  auto ifs = findInterfaces(spec, socketFamilyParam());
   if (ifs.empty())
     return LOOM_ERROR(
         kSystem, "no usable network interface (LOOM_SOCKET_IFNAME='{}', LOOM_SOCKET_FAMILY='{}')",
-        spec, fam);
+        spec, params::kSocketFamily.str());
   return ifs.front();
 }
 

@@ -52,6 +52,8 @@ bool matchIfName(const std::string& name, const std::string& spec);
 // lo and docker*, falling back to lo when nothing else exists) and family (AF_UNSPEC for any).
 // Ordered as the spec lists them (then by name); IPv4 before IPv6 for one interface.
 std::vector<Interface> findInterfaces(const std::string& spec, int family);
+// LOOM_SOCKET_FAMILY as an address family: AF_INET, AF_INET6, or AF_UNSPEC (either).
+int socketFamilyParam();
 // The interface Loom uses by default (LOOM_SOCKET_IFNAME and LOOM_SOCKET_FAMILY applied).
 Result<Interface> defaultInterface();
 // The local interface whose subnet holds remote (for choosing the address to bind to reach a
