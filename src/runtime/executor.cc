@@ -494,8 +494,11 @@ class Executor {
       size_t got = 0;
       Status st = f.transport->test(f.request, &done, &got);
       if (!st.isOk()) {
+        // The failed piece's, not the next one's: f refers to the next entry once erased.
+        const Run& run = *f.run;
+        const uint32_t piece = f.piece;
         cr.inflight.erase(cr.inflight.begin() + i);
-        return peerError(*f.run, f.piece, st);
+        return peerError(run, piece, st);
       }
       if (!done) {
         ++i;
@@ -509,11 +512,14 @@ class Executor {
       const Step& s = pc.step;
       if (s.kind != StepKind::kSend) {
         size_t want = s.count * r.elemSize;
+        // A message of another size than the step's is of another call: the same code and
+        // message as every other sign of calls that differ.
         if (got != want)
-          return LOOM_ERROR(kRemote,
-                            "{}: {} sent {} bytes where this rank expected {}: the ranks called "
-                            "with different counts or datatypes",
-                            collName(r.args.coll), comm->describe(s.peer), got, want);
+          return peerError(
+              r, p,
+              Status(Code::kRemote,
+                     fmt::format("it sent {} bytes where this rank expected {}", got, want))
+                  .withCause(Cause::kMismatch));
         if (s.kind == StepKind::kRecvReduce && !fusedDone) {
           const loomRedOp_t op = r.args.op == loomAvg ? loomSum : r.args.op;
           char* staged = r.staging + pc.stagingOffset * r.elemSize;

@@ -507,6 +507,37 @@ TEST(BadInput, CountsThatDifferFailOnEveryRank) {
   }
 }
 
+// Calls that differ, on whatever path the environment gives (the ctest variants run it over
+// sockets, the NCCL plugin and the emulated IB device too): every rank fails with
+// loomInvalidUsage, and ranks 0 and 2, which called the same, never blame each other. (The
+// executor once blamed the peer of the next request in flight, not of the one that failed.)
+TEST(BadInput, CountsThatDifferBlameTheRankThatDiffers) {
+  for (size_t count : {size_t{100}, size_t{30000}}) {
+    for (int round = 0; round < 4; ++round) {
+      SCOPED_TRACE(fmt::format("count {}, round {}", count, round));
+      ThreadRanks tr(3);
+      ASSERT_TRUE(tr.ok()) << tr.error();
+      std::vector<std::string> messages(3);
+      std::string all = tr.run([&](int rank, loomComm_t comm) -> std::string {
+        std::vector<float> a(count + 16, 1.0f), b(count + 16);
+        loomResult_t r = loomAllReduce(a.data(), b.data(), rank == 1 ? count + 5 : count,
+                                       loomFloat32, rank == 1 ? loomMax : loomSum, comm, nullptr);
+        messages[rank] = loomGetLastError();
+        if (r != loomInvalidUsage)
+          return fmt::format("rank {}: {} instead of loomInvalidUsage: {}\n", rank,
+                             loomGetErrorString(r), messages[rank]);
+        return "";
+      });
+      EXPECT_EQ(all, "");
+      for (int me : {0, 2}) {
+        const std::string wrong = fmt::format(
+            "rank {} called AllReduce of {} float (sum); what rank {} sent", me, count, 2 - me);
+        EXPECT_EQ(messages[me].find(wrong), std::string::npos) << messages[me];
+      }
+    }
+  }
+}
+
 // On a schedule, the rank whose transport sees a message that does not fit (Cause::kMismatch)
 // says what the ranks probably did.
 // Also through an imported NCCL net plugin (Loom's own, in the ctest variants): it says
