@@ -2,7 +2,8 @@
 # Configures and builds Loom in BUILD_DIR (default build/). Extra arguments go to cmake.
 # FRESH=1 removes the build directory first (a build from scratch). Where ccache is installed it
 # keeps compiled objects between builds, and between clones at one path (CCACHE_BASEDIR makes its
-# keys relative to the clone); LOOM_CCACHE=0 compiles everything.
+# keys relative to the clone); LOOM_CCACHE=0 compiles everything. OPT="-O1 -g1" sets the
+# optimization and debug flags of the (RelWithDebInfo) build; TARGETS="a b" builds only those.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -12,5 +13,11 @@ if [ "${LOOM_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "${launcher[@]}" "$@"
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+flags=()
+if [ -n "${OPT:-}" ]; then
+  flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$OPT -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$OPT -DNDEBUG")
+fi
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "${launcher[@]}" \
+  "${flags[@]}" "$@"
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j "$(nproc)" ${TARGETS:+--target $TARGETS}

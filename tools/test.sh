@@ -27,9 +27,8 @@ run_ctest() {
 # Line tables only (-g1): enough for every backtrace and sanitizer report to name file and line,
 # and it compiles about 40% faster than full debug information.
 stage "build (warnings are errors)"
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 "$ROOT/tools/build.sh" \
-  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 OPT="-O2 -g1" "$ROOT/tools/build.sh" \
+  -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON
 stage "every test"
 run_ctest "${BUILD_DIR:-$ROOT/build-test}"
 
@@ -49,9 +48,8 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # loom_torch is not built here: python3 would need the sanitizers' runtimes preloaded. -O1 -g1,
   # as the sanitizers' authors advise: it compiles in half the time of -O2 -g under them (and
   # warnings, checked in the first stage, are not errors: -O1 has false "maybe uninitialized").
-  BUILD_DIR=$ROOT/build-test-asan FRESH=1 "$ROOT/tools/build.sh" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+  BUILD_DIR=$ROOT/build-test-asan FRESH=1 OPT="-O1 -g1" "$ROOT/tools/build.sh" \
+    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF
   stage "every test under AddressSanitizer + UndefinedBehaviorSanitizer"
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1

@@ -18,17 +18,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-tsan}
 TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests)
 
-if [ "${FRESH:-0}" = 1 ]; then rm -rf "$BUILD_DIR"; fi
-launcher=()
-if [ "${LOOM_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
 # -O1 -g1 as for the other sanitizers; no device kernels (nothing here runs them).
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
+BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="${TARGETS[*]}" "$ROOT/tools/build.sh" \
+  -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF
 
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 B=$BUILD_DIR/tests

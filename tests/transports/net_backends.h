@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "transports/ncclnet/ncclnet_transport.h"
 #include "transports/shm/host_group.h"
 #include "transports/socket/socket_transport.h"
+#include "transports/socket/socket_util.h"
 
 namespace loom {
 namespace testing_util {
@@ -374,6 +376,24 @@ class ShmBackend : public Backend {
 // One message of `size` bytes with `tag` into a buffer of `capacity` (a frame smaller than its
 // buffer is fine): sizes, content and the bytes past the buffer checked. Posts retry while the
 // transport answers "not now".
+// A raw TCP client of a listener at addr, playing a stranger.
+inline Fd strangerConnect(const SockAddr& addr) {
+  auto fd = connectWithRetry(addr, Deadline(10000));
+  EXPECT_TRUE(fd.isOk()) << fd.status().message();
+  return fd.isOk() ? std::move(fd).value() : Fd();
+}
+
+// The local address of a connected socket, as the listener's warnings name the peer.
+inline std::string localName(const Fd& fd) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  EXPECT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
+  SockAddr a;
+  std::memcpy(&a.ss, &ss, len);
+  a.len = len;
+  return a.toString();
+}
+
 inline void roundTrip(const Link& l, size_t size, size_t capacity, int tag, uint64_t seed) {
   constexpr unsigned char kGuard = 0xab;
   constexpr size_t kGuardBytes = 4096;

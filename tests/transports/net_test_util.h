@@ -84,11 +84,10 @@ struct Pair {
   void* recv = nullptr;
 };
 
-// Connects dev to a fresh listener on dev, alternating connect and accept in this thread.
-inline Status connectPair(net::Transport* t, int dev, Pair* out, void** listenOut = nullptr) {
-  net::Handle handle;
-  void* listen = nullptr;
-  LOOM_TRY(t->listen(dev, &handle, &listen));
+// Connects dev to the listener `listen` (whose handle is `handle`), alternating connect and
+// accept in this thread.
+inline Status connectTo(net::Transport* t, int dev, const net::Handle& handle, void* listen,
+                        Pair* out) {
   Deadline deadline(kTestDeadlineMs);
   Status st;
   while (out->send == nullptr || out->recv == nullptr) {
@@ -105,6 +104,15 @@ inline Status connectPair(net::Transport* t, int dev, Pair* out, void** listenOu
       break;
     }
   }
+  return st;
+}
+
+// Connects dev to a fresh listener on dev, alternating connect and accept in this thread.
+inline Status connectPair(net::Transport* t, int dev, Pair* out, void** listenOut = nullptr) {
+  net::Handle handle;
+  void* listen = nullptr;
+  LOOM_TRY(t->listen(dev, &handle, &listen));
+  Status st = connectTo(t, dev, handle, listen, out);
   if (listenOut && st.isOk())
     *listenOut = listen;
   else

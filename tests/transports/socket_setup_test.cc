@@ -219,11 +219,7 @@ TEST(SocketSetup, ConnectWithForeignHandle) {
 }
 
 // A raw TCP client of the listener, playing a stranger.
-Fd rawConnect(const net::Handle& handle) {
-  auto fd = connectWithRetry(handleAddr(handle), Deadline(10000));
-  EXPECT_TRUE(fd.isOk()) << fd.status().message();
-  return fd.isOk() ? std::move(fd).value() : Fd();
-}
+Fd rawConnect(const net::Handle& handle) { return strangerConnect(handleAddr(handle)); }
 
 // True when the listener dropped the stranger (EOF or reset), accepting meanwhile.
 bool droppedWhileAccepting(Transport* t, void* listen, int fd, Pair* p, int64_t timeoutMs) {
@@ -288,13 +284,7 @@ TEST(SocketSetup, StrangersDoNotDisturbRealConnections) {
   EXPECT_TRUE(droppedWhileAccepting(t.get(), listen, bigGarbage.get(), &p, 10000));
   std::string log = ::testing::internal::GetCapturedStderr();
   // Warnings name the stranger's address.
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  ASSERT_EQ(::getsockname(garbage.get(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
-  SockAddr local;
-  std::memcpy(&local.ss, &ss, len);
-  local.len = len;
-  EXPECT_NE(log.find("dropping connection from " + local.toString()), std::string::npos) << log;
+  EXPECT_NE(log.find("dropping connection from " + localName(garbage)), std::string::npos) << log;
   EXPECT_NE(log.find("wrong secret"), std::string::npos) << log;
 
   exchange(t.get(), p, 3 << 20, 7);

@@ -370,11 +370,7 @@ int spawnRanks(const Options& opts, int argc, char** argv) {
     int status = 0;
     readReports();
     pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid == 0 && !failed) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    if (pid == 0 && killed) {
+    if (pid == 0 && (!failed || killed)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }

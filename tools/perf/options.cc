@@ -349,18 +349,8 @@ std::vector<size_t> sweepSizes(const Options& opts) {
 
 uint64_t sweepLength(const Options& opts) {
   if (opts.minBytes > opts.maxBytes) return 0;
-  if (opts.stepFactor > 1) {
-    uint64_t n = 0;
-    size_t size = opts.minBytes;
-    while (size <= opts.maxBytes) {  // at most 65 sizes: each step at least doubles the size
-      ++n;
-      if (size > SIZE_MAX / opts.stepFactor) break;
-      size_t next = size == 0 ? 1 : size * opts.stepFactor;
-      if (next <= size) break;
-      size = next;
-    }
-    return n;
-  }
+  // At most 65 sizes: each step at least doubles the size.
+  if (opts.stepFactor > 1) return sweepSizes(opts).size();
   if (opts.stepBytes == 0) return 1;
   return (opts.maxBytes - opts.minBytes) / opts.stepBytes + 1;
 }

@@ -39,9 +39,6 @@ SocketComm::Options commOptions() {
   return o;
 }
 
-// How long a half-open incoming socket may take to present its handshake.
-int64_t handshakeTimeoutMs() { return listenerHandshakeTimeoutMs(); }
-
 std::string readSysfs(const std::string& path) {
   std::ifstream in(path);
   std::string s;
@@ -313,7 +310,7 @@ Status SocketTransport::accept(void* listener, void** recvConn) {
 }
 
 void SocketTransport::acceptPending(SocketListener* l) {
-  const int64_t deadline = nowNs() + handshakeTimeoutMs() * 1000000;
+  const int64_t deadline = nowNs() + listenerHandshakeTimeoutMs() * 1000000;
   for (int k = 0; k < kMaxAcceptsPerCall; ++k) {
     HalfOpen h;
     auto fd = tryAccept(l->fd.get(), &h.peer);
@@ -348,7 +345,7 @@ void SocketTransport::readHellos(SocketListener* l) {
         drop = admit(l, &h);
       else if (now >= h.deadlineNs)
         drop = LOOM_ERROR(kTimeout, "no handshake within {} ms ({} of {} bytes)",
-                          handshakeTimeoutMs(), h.got, sizeof(h.hello));
+                          listenerHandshakeTimeoutMs(), h.got, sizeof(h.hello));
       else {
         ++k;
         continue;
@@ -408,7 +405,7 @@ void SocketTransport::expire(SocketListener* l) {
         "socket transport: dropping connection from {} to {}: only {} of {} sockets arrived "
         "within {} ms",
         it->second.peer.toString(), l->addr.toString(), it->second.arrived, it->second.socks.size(),
-        handshakeTimeoutMs());
+        listenerHandshakeTimeoutMs());
     it = l->gathering.erase(it);
   }
 }

@@ -471,12 +471,6 @@ ib::EndpointWire forgedEndpoint(uint64_t secret) {
   return w;
 }
 
-Fd strangerConnect(const SockAddr& addr) {
-  auto fd = connectWithRetry(addr, Deadline(10000));
-  EXPECT_TRUE(fd.isOk()) << fd.status().message();
-  return fd.isOk() ? std::move(fd).value() : Fd();
-}
-
 void sendBytes(const Fd& fd, const void* data, size_t bytes) {
   ASSERT_EQ(::send(fd.get(), data, bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));
 }
@@ -503,16 +497,6 @@ bool droppedWhileAccepting(net::Transport* t, void* listen, int fd, int* accepte
     t->waitActivity(nullptr, 0, listen, 10);
   }
   return false;
-}
-
-std::string localName(const Fd& fd) {
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  EXPECT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
-  SockAddr a;
-  std::memcpy(&a.ss, &ss, len);
-  a.len = len;
-  return a.toString();
 }
 
 TEST_P(IbTransportTest, HandshakePortDropsStrangers) {
@@ -569,18 +553,10 @@ TEST_P(IbTransportTest, HandshakePortDropsStrangers) {
 
   ::testing::internal::CaptureStderr();
   // A real connection in their midst.
-  Link p;
-  p.sendT = p.recvT = t_;
-  Deadline deadline(kTestDeadlineMs);
-  while (p.send == nullptr || p.recv == nullptr) {
-    ASSERT_FALSE(deadline.expired()) << "the real connection did not complete";
-    if (!p.send) {
-      ASSERT_TRUE(t_->connect(0, handle, &p.send).isOk());
-    }
-    if (!p.recv) {
-      ASSERT_TRUE(t_->accept(listen, &p.recv).isOk());
-    }
-  }
+  Pair pair;
+  Status connected = connectTo(t_, 0, handle, listen, &pair);
+  ASSERT_TRUE(connected.isOk()) << "the real connection did not complete: " << connected.message();
+  Link p{t_, pair.send, t_, pair.recv, nullptr};
   int accepted = 0;
   for (Stranger& s : strangers)
     EXPECT_TRUE(droppedWhileAccepting(t_, listen, s.fd.get(), &accepted, 10000)) << s.what;
@@ -634,18 +610,10 @@ TEST_P(IbTransportTest, HandshakePortDropsSilentStrangersAtTheDeadline) {
         << log;
   }
   // A real connection still completes on the same listener.
-  Link p;
-  p.sendT = p.recvT = t_;
-  Deadline deadline(kTestDeadlineMs);
-  while (p.send == nullptr || p.recv == nullptr) {
-    ASSERT_FALSE(deadline.expired()) << "the real connection did not complete";
-    if (!p.send) {
-      ASSERT_TRUE(t_->connect(0, handle, &p.send).isOk());
-    }
-    if (!p.recv) {
-      ASSERT_TRUE(t_->accept(listen, &p.recv).isOk());
-    }
-  }
+  Pair pair;
+  Status connected = connectTo(t_, 0, handle, listen, &pair);
+  ASSERT_TRUE(connected.isOk()) << "the real connection did not complete: " << connected.message();
+  Link p{t_, pair.send, t_, pair.recv, nullptr};
   roundTrip(p, 1000, 1000, 1, 9);
   EXPECT_TRUE(t_->closeSend(p.send).isOk());
   EXPECT_TRUE(t_->closeRecv(p.recv).isOk());
