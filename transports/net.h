@@ -99,6 +99,11 @@ class Transport {
                              loomDataType_t dt, loomRedOp_t op, void** request) {
     return Status(Code::kInternal, std::string(name()) + " has no fused receive-reduce");
   }
+  // Loom extension: receives posted on recvConn after this call write their destination with
+  // non-temporal stores (on) or ordinary ones (off): the runtime's hint for calls whose buffers
+  // exceed the caches (streamingStoresFor). Transports whose CPU does not store the bytes ignore
+  // it.
+  virtual void setStreamingStores(void* recvConn, bool on) {}
   // sizes (may be null): for a receive, one entry per buffer: the bytes received.
   virtual Status test(void* request, int* done, size_t* sizes) = 0;
 

@@ -583,7 +583,9 @@ def main():
         f"single-core memcpy (64 MiB, best of {memcpy.get('reps', '?')}): {mc} GB/s "
         f"(mean {memcpy.get('mean_gbs', '?')})",
         (f"memory bound: {membound.get('threads', '?')} cores copying at once move "
-         f"{traffic_gbs:.2f} GB/s (reads plus writes); a collective's bound is that over the "
+         f"{traffic_gbs:.2f} GB/s (reads plus writes; the better of memcpy, "
+         f"{membound.get('memcpy_gbs', '?')} GB/s copied, and non-temporal stores, "
+         f"{membound.get('stream_gbs', '?')}); a collective's bound is that over the "
          f"bytes it must read and write (AllReduce 2n x size), times its bus factor: "
          f"all_reduce at 2 ranks {bound_busbw('all_reduce', 2, traffic_gbs):.2f} GB/s busbw"
          if traffic_gbs else "memory bound: not measured"),

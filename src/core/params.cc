@@ -153,6 +153,15 @@ const Param kShmDirectMax{"LOOM_SHM_DIRECT_MAX",
                           "size, the ring above it; 0: always the ring",
                           0,
                           kHugeBytes};
+const Param kNtMin{"LOOM_NT_MIN",
+                   ParamType::kSize,
+                   "0",
+                   "Calls whose buffers on a host (every local rank's input and output together) "
+                   "exceed this many bytes write their results with non-temporal stores, around "
+                   "the caches (no read of each destination line before it is written); 0: the "
+                   "size of the last-level cache (32M where unknown)",
+                   0,
+                   kHugeBytes};
 const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
                        "Collectives whose ranks all share a host and whose buffers every rank can "
                        "reach (threads of one process, loomMemAlloc memory, or plain memory with "
@@ -319,6 +328,7 @@ const Param* const kAll[] = {&kDebug,
                              &kShmRtsMin,
                              &kShmLlMax,
                              &kShmDirectMax,
+                             &kNtMin,
                              &kShmMapped,
                              &kShmMappedCma,
                              &kAlgo,

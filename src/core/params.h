@@ -126,6 +126,7 @@ extern const Param kShmSlots;
 extern const Param kShmRtsMin;
 extern const Param kShmLlMax;
 extern const Param kShmDirectMax;
+extern const Param kNtMin;
 extern const Param kShmMapped;
 extern const Param kShmMappedCma;
 extern const Param kPlanner;

@@ -173,6 +173,9 @@ struct Run {
   // Its buffers are CUDA device memory (a schedule over GPUDirect RDMA): local copies and
   // reductions run on the device (DeviceOps), its scratch and staging are device memory.
   bool device = false;
+  // Its results are stored around the caches (streamingStoresFor: the group's buffers on this
+  // host exceed them): local copies and reductions, and the receives it posts.
+  bool streaming = false;
 
   char* ptr(const BufRef& r) const { return base[static_cast<int>(r.buf)] + r.offset * elemSize; }
 };
@@ -329,6 +332,14 @@ class Executor {
             rangesOverlap(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
           r.blockers.push_back(&s);
     }
+    // The whole group's buffers on this host decide, so every local rank decides alike.
+    size_t hostBytes = 0;
+    for (const auto& r : runs_) {
+      const CollCounts c = collCounts(r.args.coll, r.args.count, r.comm->nranks());
+      hostBytes += (c.input + c.output) * r.elemSize * static_cast<size_t>(r.comm->localRanks());
+    }
+    const bool streaming = streamingStoresFor(hostBytes);
+    for (auto& r : runs_) r.streaming = streaming && !r.device;
     // Host runs share the communicator's host scratch, device runs its runner's device scratch.
     std::vector<size_t> devNeed(commRuns_.size(), 0);
     for (auto& r : runs_)
@@ -444,6 +455,7 @@ class Executor {
           void* rc = conn.value();
           if (!rc) break;
           Status st;
+          if (!run->device) t->setStreamingStores(rc, run->streaming);
           if (s.kind == StepKind::kRecvReduce && !run->device && t->supportsRecvReduce()) {
             fused = true;
             st = t->irecvReduce(rc, run->ptr(s.dst), run->ptr(s.src), bytes, run->tag,
@@ -479,11 +491,15 @@ class Executor {
                                       r.args.dtype, op, token(r, p)));
           continue;
         }
-        if (s.kind == StepKind::kCopy) {
+        if (s.kind == StepKind::kCopy && r.streaming)
+          copyStreaming(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize);
+        else if (s.kind == StepKind::kCopy)
           std::memmove(r.ptr(s.dst), r.ptr(s.src), s.count * r.elemSize);
-        } else {
+        else if (r.streaming)
+          reduceBuffersStreaming(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count, r.args.dtype,
+                                 op);
+        else
           reduceBuffers(r.ptr(s.dst), r.ptr(s.dst), r.ptr(s.src), s.count, r.args.dtype, op);
-        }
         complete(r, p);
       }
     }
@@ -529,7 +545,8 @@ class Executor {
             *progressed = true;
             continue;
           }
-          reduceBuffers(r.ptr(s.dst), r.ptr(s.src), staged, s.count, r.args.dtype, op);
+          (r.streaming ? reduceBuffersStreaming : reduceBuffers)(r.ptr(s.dst), r.ptr(s.src), staged,
+                                                                 s.count, r.args.dtype, op);
         }
       }
       complete(r, p);
@@ -576,6 +593,9 @@ class Executor {
       if (r.device)
         noteDeviceError(r, dev_->copyNow(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
                                          r.args.count * r.elemSize));
+      else if (r.streaming)
+        copyStreaming(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
+                      r.args.count * r.elemSize);
       else
         std::memcpy(r.stagedDst, r.base[static_cast<int>(BufKind::kOutput)],
                     r.args.count * r.elemSize);

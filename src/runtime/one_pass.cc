@@ -78,9 +78,14 @@ Result<const char*> readFrom(const PeerBuf& b, size_t off, size_t bytes, char* s
   return static_cast<const char*>(stage);
 }
 
-Status writeTo(const PeerBuf& b, size_t off, const char* src, size_t bytes) {
+// streaming: stored around the caches (copyStreaming), for calls larger than they are.
+Status writeTo(const PeerBuf& b, size_t off, const char* src, size_t bytes, bool streaming) {
   if (!b.local()) return cmaCopy(b, off, const_cast<char*>(src), bytes, true);
-  if (b.ptr + off != src) std::memcpy(b.ptr + off, src, bytes);
+  if (b.ptr + off == src) return Status();
+  if (streaming)
+    copyStreaming(b.ptr + off, src, bytes);
+  else
+    std::memcpy(b.ptr + off, src, bytes);
   return Status();
 }
 
@@ -146,7 +151,15 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   // The result accumulates in this rank's own output where that saves a copy: not in place with
   // more than two ranks, where the first step would overwrite this rank's input before the step
   // that reads it.
-  const bool accInOut = !op.inPlace || n == 2;
+  // Where the call's buffers exceed the caches, the result accumulates in the tile instead and
+  // goes to every output around the caches; not in place, where the outputs were just read.
+  const Layout lay = layoutOf(op, me, n);
+  const bool streaming =
+      !op.inPlace && streamingStoresFor((lay.inBytes + lay.outBytes) * static_cast<size_t>(n));
+  const bool accInOut = (!op.inPlace || n == 2) && !streaming;
+  auto writeOut = [&](const PeerBuf& b, size_t off, const char* src, size_t bytes) {
+    return writeTo(b, off, src, bytes, streaming);
+  };
   const Block blk = evenBlock(c, n, me);
   switch (op.coll) {
     case CollKind::kAllReduce:
@@ -158,7 +171,7 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
         LOOM_TRY(reduceInto(acc, blk.offset + o, len));
         for (int r = 0; r < n; ++r) {
           if (op.coll == CollKind::kReduce && r != op.root) continue;
-          LOOM_TRY(writeTo(outs[r], b, acc, len * es));
+          LOOM_TRY(writeOut(outs[r], b, acc, len * es));
         }
       }
       return Status();
@@ -169,7 +182,7 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
         size_t len = std::min(tileElems, c - o);
         char* acc = accInOut ? outs[me].ptr + o * es : tile;
         LOOM_TRY(reduceInto(acc, static_cast<size_t>(me) * c + o, len));
-        LOOM_TRY(writeTo(outs[me], o * es, acc, len * es));
+        LOOM_TRY(writeOut(outs[me], o * es, acc, len * es));
       }
       return Status();
     case CollKind::kBroadcast:
@@ -179,7 +192,7 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
         LOOM_ASSIGN(const char* src, readFrom(ins[op.root], b, len * es, stageA));
         for (int r = 0; r < n; ++r) {
           if (r == op.root && outs[r].remote == ins[r].remote) continue;
-          LOOM_TRY(writeTo(outs[r], b, src, len * es));
+          LOOM_TRY(writeOut(outs[r], b, src, len * es));
         }
       }
       return Status();
@@ -188,14 +201,14 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
       for (int r = 0; r < n; ++r) {
         size_t b = static_cast<size_t>(me) * c * es;
         if (r == me && outs[r].remote + b == ins[me].remote) continue;
-        LOOM_TRY(writeTo(outs[r], b, ins[me].ptr, c * es));
+        LOOM_TRY(writeOut(outs[r], b, ins[me].ptr, c * es));
       }
       return Status();
     case CollKind::kAllToAll:
       // Block r of this rank's input goes to block me of rank r's output (out of place only).
       for (int r = 0; r < n; ++r)
-        LOOM_TRY(writeTo(outs[r], static_cast<size_t>(me) * c * es,
-                         ins[me].ptr + static_cast<size_t>(r) * c * es, c * es));
+        LOOM_TRY(writeOut(outs[r], static_cast<size_t>(me) * c * es,
+                          ins[me].ptr + static_cast<size_t>(r) * c * es, c * es));
       return Status();
     default:
       return LOOM_ERROR(kInternal, "{} has no one-pass path", collName(op.coll));

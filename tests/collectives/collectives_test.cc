@@ -378,7 +378,7 @@ INSTANTIATE_TEST_SUITE_P(Colls, MixedTransports, ::testing::ValuesIn(allColls())
                          [](const auto& p) { return std::string(collName(p.param)); });
 
 // Large messages: many pieces, every collective, over a few rank counts.
-TEST(Collectives, LargeMessages) {
+void runLargeMessages() {
   for (int n : {2, 3}) {
     ThreadRanks& tr = ranksOf(n);
     ASSERT_TRUE(tr.ok()) << tr.error();
@@ -390,6 +390,19 @@ TEST(Collectives, LargeMessages) {
       }
     EXPECT_EQ(runMatrix(tr, cases), "") << n << " ranks";
   }
+}
+
+TEST(Collectives, LargeMessages) { runLargeMessages(); }
+
+// The same with every result stored around the caches (LOOM_NT_MIN=1: as calls larger than the
+// last-level cache are): the receives, local copies and reductions and the one pass take their
+// streaming forms, whose stores need a fence before a peer may read them.
+TEST(Collectives, LargeMessagesStoredAroundTheCaches) {
+  struct Restore {
+    ~Restore() { setParam("LOOM_NT_MIN", nullptr); }
+  } restore;
+  setParam("LOOM_NT_MIN", "1");
+  runLargeMessages();
 }
 
 // ---- Bad input ---------------------------------------------------------------------------------

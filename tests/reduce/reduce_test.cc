@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "src/core/dtype.h"
+#include "src/core/params.h"
 #include "src/reduce/reduce_isa.h"
 #include "tests/reduce/reference.h"
 
@@ -335,6 +338,98 @@ TEST_P(ReduceTest, MatchesReference) {
       }
     }
   });
+}
+
+// A 64-byte aligned byte buffer with random contents; at(k) is k bytes in.
+struct RawBuffer {
+  std::vector<unsigned char> mem;
+  size_t base = 0;
+  RawBuffer(size_t bytes, Rng& rng) : mem(bytes + 64) {
+    for (auto& c : mem) c = static_cast<unsigned char>(rng());
+    base = (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+  }
+  unsigned char* at(size_t k) { return mem.data() + base + k; }
+};
+
+// The streaming form runs the same kernels on tiles: the same bits as reduceBuffers for every
+// datatype and op, NaN payloads included (the inputs are random bytes), at sizes below and above
+// its threshold, with the destination off its 16-byte boundary, and with dst aliasing an operand;
+// nothing outside the destination is written.
+TEST_P(ReduceTest, StreamingFormWritesTheSameBits) {
+  const loomDataType_t dt = std::get<1>(GetParam());
+  const loomRedOp_t op = std::get<2>(GetParam());
+  const size_t es = dataTypeSize(dt);
+  Rng rng(7000 + 100 * dt + op);
+  for (size_t count :
+       {size_t(1), size_t(100), 4096 / es - 1, 4096 / es, 3 * 4096 / es + 7, size_t(20001)}) {
+    for (size_t offset : {size_t(0), size_t(1), size_t(3)}) {
+      for (Alias alias : {Alias::kNone, Alias::kDstIsA, Alias::kDstIsB}) {
+        const size_t bytes = (count + 8) * es;
+        RawBuffer a(bytes, rng), b(bytes, rng), d(bytes, rng);
+        RawBuffer a2 = a, b2 = b, d2 = d;
+        const size_t at = offset * es;
+        auto dstOf = [&](RawBuffer& x, RawBuffer& y, RawBuffer& z) {
+          return alias == Alias::kNone ? z.at(at) : alias == Alias::kDstIsA ? x.at(at) : y.at(at);
+        };
+        reduceBuffers(dstOf(a, b, d), a.at(at), b.at(at), count, dt, op);
+        reduceBuffersStreaming(dstOf(a2, b2, d2), a2.at(at), b2.at(at), count, dt, op);
+        const std::string what = std::string(dataTypeName(dt)) + " " + redOpName(op) + " count " +
+                                 std::to_string(count) + " offset " + std::to_string(offset) + " " +
+                                 aliasName(alias);
+        EXPECT_TRUE(a.mem == a2.mem) << what << ": a differs";
+        EXPECT_TRUE(b.mem == b2.mem) << what << ": b differs";
+        EXPECT_TRUE(d.mem == d2.mem) << what << ": d differs";
+      }
+    }
+  }
+}
+
+TEST(ReduceStreaming, CopyMatchesMemmoveAtEveryAlignmentAndOverlap) {
+  Rng rng(99);
+  for (size_t bytes : {size_t(0), size_t(1), size_t(100), size_t(4095), size_t(4096), size_t(4097),
+                       size_t(65536 + 13)}) {
+    for (size_t srcOff : {0, 1, 7, 16}) {
+      for (size_t dstOff : {0, 3, 8, 15}) {
+        RawBuffer src(bytes + 32, rng), dst(bytes + 32, rng);
+        RawBuffer want = dst;
+        std::memmove(want.at(dstOff), src.at(srcOff), bytes);
+        copyStreaming(dst.at(dstOff), src.at(srcOff), bytes);
+        EXPECT_TRUE(dst.mem == want.mem)
+            << bytes << " bytes, src +" << srcOff << ", dst +" << dstOff;
+      }
+    }
+    // Within one buffer, each way round: memmove's result.
+    for (long shift : {-5L, 5L, -4096L, 4096L}) {
+      RawBuffer buf(bytes + 8192, rng);
+      RawBuffer want = buf;
+      const size_t from = 4096, to = static_cast<size_t>(4096 + shift);
+      std::memmove(want.at(to), want.at(from), bytes);
+      copyStreaming(buf.at(to), buf.at(from), bytes);
+      EXPECT_TRUE(buf.mem == want.mem) << bytes << " bytes moved by " << shift;
+    }
+  }
+}
+
+TEST(ReduceStreaming, LargeCallsStreamAboveTheThreshold) {
+#if !defined(__SSE2__)
+  GTEST_SKIP() << "this CPU has no non-temporal stores Loom uses (SSE2): calls never stream";
+#else
+  struct Restore {
+    ~Restore() {
+      unsetenv("LOOM_NT_MIN");
+      reloadParams();
+    }
+  } restore;
+  setenv("LOOM_NT_MIN", "1M", 1);
+  reloadParams();
+  EXPECT_FALSE(streamingStoresFor(size_t(1) << 20));
+  EXPECT_TRUE(streamingStoresFor((size_t(1) << 20) + 1));
+  // 0: the last-level cache, which is more than a byte and less than a TiB on any machine.
+  setenv("LOOM_NT_MIN", "0", 1);
+  reloadParams();
+  EXPECT_FALSE(streamingStoresFor(1));
+  EXPECT_TRUE(streamingStoresFor(size_t(1) << 40));
+#endif
 }
 
 using AverageParam = std::tuple<ReduceIsa, loomDataType_t>;

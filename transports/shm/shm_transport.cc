@@ -29,7 +29,8 @@ struct Transport::Request {
   bool done = false;
   bool reduce = false;
   bool rts = false;
-  bool started = false;  // receive: the first slot of its message was taken
+  bool started = false;    // receive: the first slot of its message was taken
+  bool streaming = false;  // receive: store around the caches (setStreamingStores)
   int local = 0;
   int tag = 0;
   char* data = nullptr;       // send: source; receive: destination
@@ -62,6 +63,7 @@ struct Transport::RecvComm {
   Ring* ring = nullptr;
   uint64_t tail = 0;  // our copy of ring->tail
   uint64_t acked = 0;
+  bool streaming = false;  // what receives posted now get
   std::deque<Request*> posted;
   Status broken;
 };
@@ -97,6 +99,10 @@ void* Transport::sendConn(int local) {
 }
 
 void* Transport::recvConn(int local) { return recvs_[local].get(); }
+
+void Transport::setStreamingStores(void* recvConn, bool on) {
+  static_cast<RecvComm*>(recvConn)->streaming = on;
+}
 
 int Transport::localOf(int rank) const {
   for (int i = 0; i < area_.nlocal(); ++i)
@@ -207,6 +213,7 @@ Status Transport::irecv(void* recvConn, int n, void** data, const size_t* sizes,
   r->tag = tags[0];
   r->data = static_cast<char*>(data[0]);
   r->size = sizes[0];
+  r->streaming = c->streaming;
   c->posted.push_back(r);
   *request = r;
   return progressRecv(c);
@@ -224,6 +231,7 @@ Status Transport::irecvReduce(void* recvConn, void* dst, const void* src, size_t
   r->src = static_cast<const char*>(src);
   r->size = size;
   r->reduce = true;
+  r->streaming = c->streaming;
   r->dt = dt;
   r->op = op == loomAvg ? loomSum : op;
   c->posted.push_back(r);
@@ -285,6 +293,20 @@ Status Transport::progressSend(SendComm* c) {
   return Status();
 }
 
+void Transport::store(const Request* r, char* dst, const char* src, const char* in, size_t bytes) {
+  if (r->reduce) {
+    size_t count = bytes / dataTypeSize(r->dt);
+    if (r->streaming)
+      reduceBuffersStreaming(dst, src, in, count, r->dt, r->op);
+    else
+      reduceBuffers(dst, src, in, count, r->dt, r->op);
+  } else if (r->streaming) {
+    copyStreaming(dst, in, bytes);
+  } else {
+    std::memcpy(dst, in, bytes);
+  }
+}
+
 Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
   const auto* h = static_cast<const SlotHdr*>(slotHdr);
   const size_t bytes = h->msgBytes;
@@ -314,12 +336,7 @@ Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
     direct = true;
   }
   if (direct) {
-    if (r->reduce) {
-      size_t es = dataTypeSize(r->dt);
-      reduceBuffers(r->data, r->src, remote, bytes / es, r->dt, r->op);
-    } else {
-      std::memcpy(r->data, remote, bytes);
-    }
+    store(r, r->data, r->src, remote, bytes);
     return Status();
   }
   size_t done = 0;
@@ -340,10 +357,7 @@ Status Transport::pull(RecvComm* c, Request* r, const void* slotHdr) {
       }
       got += static_cast<size_t>(n);
     }
-    if (r->reduce) {
-      size_t es = dataTypeSize(r->dt);
-      reduceBuffers(r->data + done, r->src + done, bounceAligned_, want / es, r->dt, r->op);
-    }
+    if (r->reduce) store(r, r->data + done, r->src + done, bounceAligned_, want);
     done += want;
   }
   return Status();
@@ -373,16 +387,7 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
     r->moved = h->msgBytes;
     return Status();
   }
-  if (h->chunk) {
-    char* dst = r->data + h->offset;
-    const char* in = slot + kLine;
-    if (r->reduce) {
-      size_t es = dataTypeSize(r->dt);
-      reduceBuffers(dst, r->src + h->offset, in, h->chunk / es, r->dt, r->op);
-    } else {
-      std::memcpy(dst, in, h->chunk);
-    }
-  }
+  if (h->chunk) store(r, r->data + h->offset, r->src + h->offset, slot + kLine, h->chunk);
   r->moved += h->chunk;
   return Status();
 }

@@ -91,6 +91,7 @@ class Transport final : public net::Transport {
   Status irecv(void* recvConn, int n, void** data, const size_t* sizes, const int* tags,
                void** mhandles, void** request) override;
   bool supportsRecvReduce() const override { return true; }
+  void setStreamingStores(void* recvConn, bool on) override;
   Status irecvReduce(void* recvConn, void* dst, const void* src, size_t size, int tag,
                      loomDataType_t dt, loomRedOp_t op, void** request) override;
   Status test(void* request, int* done, size_t* sizes) override;
@@ -122,6 +123,8 @@ class Transport final : public net::Transport {
   Status progressRecv(RecvComm* c);
   Status deliver(RecvComm* c, Request* r, const char* slotHdr);
   Status pull(RecvComm* c, Request* r, const void* slotHdr);
+  // A receive's bytes (in) into dst: copied, or combined with src when it reduces.
+  static void store(const Request* r, char* dst, const char* src, const char* in, size_t bytes);
   bool probeMapping(int local);
   Status checkPeer(int local, int64_t* lastCheckNs);
   bool anythingReady();
