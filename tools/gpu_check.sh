@@ -157,6 +157,14 @@ step perf-all_reduce-np2-staged-whole 90 env LOOM_DEVICE_ONE_PASS=0 LOOM_DEVICE_
 step plan-device 30 "$BIN/loom-perf" all_reduce -np 2 --mem device --plan -b 8 -e "$MAXB" -f 8
 step plan-device-staged 30 env LOOM_DEVICE_ONE_PASS=0 "$BIN/loom-perf" all_reduce -np 2 \
   --mem device --plan -b 1M -e "$MAXB" -f 4
+# The one pass's two ways of writing its outputs, each forced (the runs above took the model's
+# choice; plan-device lists both prices as one-pass-kernels and one-pass-engines).
+for way in kernels engines; do
+  for coll in all_reduce all_gather; do
+    step "perf-$coll-np4-$way" 60 env LOOM_DEVICE_ONE_PASS_COPIES=$way "$BIN/loom-perf" "$coll" \
+      -np 4 --mem device -c 1 -b 8 -e "$MAXB" -f 64 -n 5 -w 2 -T 60
+  done
+done
 step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
 
 # ---- 5. the collective matrix on device memory ------------------------------------------------------------

@@ -282,6 +282,13 @@ const Param kDeviceOnePass{
     "Collectives on CUDA device memory whose ranks all share a host, on one GPU or on GPUs that "
     "reach each other peer to peer (LOOM_DEVICE_P2P), run in one pass over the peers' device "
     "buffers (CUDA IPC between processes), without host staging; 0: staged"};
+const Param kDeviceOnePassCopies{
+    "LOOM_DEVICE_ONE_PASS_COPIES", "auto",
+    "How the device one pass writes its peers' outputs: kernels (one launch stores a rank's result "
+    "or block into every output), engines (the copy engines, a copy per output after the "
+    "reduction into its own), or auto: whichever the cost model prices lower with the device's "
+    "measured speeds",
+    ParamChoices{"auto|kernels|engines"}};
 const Param kDeviceP2p{
     "LOOM_DEVICE_P2P", ParamType::kBool, "1",
     "Ranks of one host on different GPUs that reach each other peer to peer (NVLink, PCIe) take "
@@ -358,6 +365,7 @@ const Param* const kAll[] = {&kDebug,
                              &kCudaLib,
                              &kDeviceOnePass,
                              &kDeviceStageChunk,
+                             &kDeviceOnePassCopies,
                              &kDeviceP2p,
                              &kDeviceGdr};
 }  // namespace params

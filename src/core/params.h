@@ -155,6 +155,7 @@ extern const Param kIbGdrFlushDisable;
 extern const Param kCudaLib;
 extern const Param kDeviceOnePass;
 extern const Param kDeviceStageChunk;
+extern const Param kDeviceOnePassCopies;
 extern const Param kDeviceP2p;
 extern const Param kDeviceGdr;
 }  // namespace params

@@ -91,9 +91,14 @@ Status loadKernels() { return kernelsOfCurrent().status(); }
 
 Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, int nsrc,
                     size_t count, loomDataType_t dt, loomRedOp_t op, int divideBy) {
-  if (nsrc < 1 || nsrc > devk::kMaxReduceInputs)
-    return LOOM_ERROR(kInternal, "device reduction of {} inputs (1..{})", nsrc,
-                      devk::kMaxReduceInputs);
+  return launchReduceTo(stream, &dst, 1, srcs, nsrc, count, dt, op, divideBy);
+}
+
+Status launchReduceTo(cuda::CUstream stream, void* const* dsts, int ndst, const void* const* srcs,
+                      int nsrc, size_t count, loomDataType_t dt, loomRedOp_t op, int divideBy) {
+  if (nsrc < 1 || nsrc > devk::kMaxReduceInputs || ndst < 1 || ndst > devk::kMaxReduceOutputs)
+    return LOOM_ERROR(kInternal, "device reduction of {} inputs (1..{}) to {} outputs (1..{})",
+                      nsrc, devk::kMaxReduceInputs, ndst, devk::kMaxReduceOutputs);
   if (count == 0) return Status();
   LOOM_ASSIGN(ContextKernels * k, kernelsOfCurrent());
   const int dti = static_cast<int>(dt), opi = op == loomAvg ? static_cast<int>(loomSum) : op;
@@ -102,7 +107,8 @@ Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, i
   const cuda::CUfunction fn = k->reduce[dti][opi];  // resolved and loaded with the module
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   devk::ReduceArgs args{};
-  args.dst = dst;
+  for (int d = 0; d < ndst; ++d) args.dst[d] = dsts[d];
+  args.ndst = ndst;
   for (int s = 0; s < nsrc; ++s) args.src[s] = srcs[s];
   args.nsrc = nsrc;
   args.divideBy = op == loomAvg ? divideBy : 0;

@@ -28,6 +28,11 @@ Status loadKernels();
 // addresses; dst may equal a src exactly. At most devk::kMaxReduceInputs inputs.
 Status launchReduce(cuda::CUstream stream, void* dst, const void* const* srcs, int nsrc,
                     size_t count, loomDataType_t dt, loomRedOp_t op, int divideBy);
+// The same result stored into each of dsts[0..ndst-1] in the one pass (at most
+// devk::kMaxReduceOutputs): a one pass's result into every rank's output, or, with one source,
+// a copy to them all (op loomSum, any datatype of the bytes' size).
+Status launchReduceTo(cuda::CUstream stream, void* const* dsts, int ndst, const void* const* srcs,
+                      int nsrc, size_t count, loomDataType_t dt, loomRedOp_t op, int divideBy);
 
 // On stream, a one-thread kernel that waits until the 64-bit word at flag (host-mapped memory) is
 // >= value: the stream's wait where stream memory operations are not supported.

@@ -542,6 +542,8 @@ loomResult_t loomCommPlanInfoDevice(loomComm_t comm, loomCollective_t coll, size
       double sec;
     } paths[] = {{"gdr-schedule", p.gdrSec},
                  {"one-pass", p.onePassSec},
+                 {"one-pass-kernels", p.onePassKernelsSec},
+                 {"one-pass-engines", p.onePassEnginesSec},
                  {"staged-whole", p.wholeSec},
                  {"staged-pipelined", p.pipelinedSec}};
     for (const auto& e : paths) {

@@ -16,6 +16,7 @@
 #include "src/core/text.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/device_plan.h"
 #include "topology/paths.h"
 #include "transports/shm/host_group.h"
 
@@ -85,6 +86,32 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
     // peer access on may wait for the device, where a user's stream may be waiting for that call.
     if (params::kDeviceP2p.asBool()) enablePeers();
   }
+}
+
+OnePassCopies DeviceOnePass::copiesFor(const OpArgs& op, bool sameGpu) {
+  // The speeds that price kernels against the copy engines: measured once per device and process
+  // (a few milliseconds of copies and kernels on the device, on a stream of their own), at the
+  // first one pass that needs them; none where LOOM_DEVICE_ONE_PASS_COPIES names the way.
+  if (!speedsTried_ && asciiLower(params::kDeviceOnePassCopies.str()) == "auto") {
+    speedsTried_ = true;
+    Result<device::DeviceSpeeds> sp = device::currentDeviceSpeeds();
+    if (sp.isOk())
+      speeds_ = sp.value();
+    else
+      LOOM_INFO(kSubShm, "device one pass: no measured speeds ({}): copy engines",
+                sp.status().message());
+  }
+  CallShape call;
+  call.coll = op.coll;
+  call.count = op.count;
+  call.dtype = op.dtype;
+  call.op = op.op;
+  call.root = op.root;
+  call.inPlace = op.inPlace;
+  const int n = comm_->nranks();
+  auto price = sameGpu ? deviceOnePassSeconds : devicePeerOnePassSeconds;
+  return chooseOnePassCopies(price(call, n, speeds_, 0, OnePassCopies::kKernels),
+                             price(call, n, speeds_, 0, OnePassCopies::kEngines));
 }
 
 DeviceOnePass::~DeviceOnePass() {
@@ -288,16 +315,44 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   // dst = in_0 op ... op in_{n-1} at byte offset off of every input, count elements, in rank
   // order, in one launch (tries() keeps n within kMaxReduceInputs); dst may be one of them; avg
   // divides the sum by n.
-  auto reduce = [&](char* dst, size_t off, size_t count) -> Status {
+  // Kernels store a result or a block into every output in one launch; the engines copy it
+  // into each other output after the reduction into this rank's own (copiesFor).
+  const bool byKernels = copiesFor(op, sameGpu) == OnePassCopies::kKernels;
+  // dsts = in_0 op ... op in_{n-1} at byte offset off of every input, count elements.
+  auto reduceTo = [&](const std::vector<void*>& dsts, size_t off, size_t count) -> Status {
     std::vector<const void*> srcs;
     for (int i = 0; i < n; ++i) srcs.push_back(ins[i] + off);
-    return device::launchReduce(stream_, dst, srcs.data(), n, count, op.dtype, op.op, n);
+    return device::launchReduceTo(stream_, dsts.data(), static_cast<int>(dsts.size()), srcs.data(),
+                                  n, count, op.dtype, op.op, n);
   };
+  auto reduce = [&](char* dst, size_t off, size_t count) { return reduceTo({dst}, off, count); };
   auto copy = [&](char* dst, const char* src, size_t bytes) -> Status {
     if (dst == src || bytes == 0) return Status();
     LOOM_CU(api.cuMemcpyAsync(reinterpret_cast<cuda::CUdeviceptr>(dst),
                               reinterpret_cast<cuda::CUdeviceptr>(src), bytes, stream_));
     return Status();
+  };
+  // src into every dsts[i] at byte offset off (the one that is src itself skipped).
+  auto copyToAll = [&](const std::vector<char*>& dsts, size_t off, const char* src,
+                       size_t bytes) -> Status {
+    if (bytes == 0) return Status();
+    std::vector<void*> to;
+    for (char* d : dsts)
+      if (d + off != src) to.push_back(d + off);
+    if (!byKernels) {
+      for (void* d : to) LOOM_TRY(copy(static_cast<char*>(d), src, bytes));
+      return Status();
+    }
+    if (to.empty()) return Status();
+    // A one-input "reduction" copies: in the widest unsigned type every address and the length
+    // allow (a GPU faults on misaligned loads).
+    const void* one[] = {src};
+    uintptr_t bits = reinterpret_cast<uintptr_t>(src) | bytes;
+    for (void* d : to) bits |= reinterpret_cast<uintptr_t>(d);
+    const size_t w = bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4 : 1;
+    const loomDataType_t t = w == 8 ? loomUint64 : w == 4 ? loomUint32 : loomUint8;
+    return device::launchReduceTo(stream_, to.data(), static_cast<int>(to.size()), one, 1,
+                                  bytes / w, t, loomSum, 0);
   };
   auto work = [&]() -> Status {
     const size_t c = op.count;
@@ -305,6 +360,11 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
       case CollKind::kAllReduce: {
         const Slice s = sliceOf(c, n, me);
         if (s.count == 0) return Status();
+        if (byKernels) {
+          std::vector<void*> all;
+          for (int i = 0; i < n; ++i) all.push_back(outs[i] + s.off * es);
+          return reduceTo(all, s.off * es, s.count);
+        }
         LOOM_TRY(reduce(outs[me] + s.off * es, s.off * es, s.count));
         for (int i = 0; i < n; ++i)
           if (i != me) LOOM_TRY(copy(outs[i] + s.off * es, outs[me] + s.off * es, s.count * es));
@@ -318,16 +378,14 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
         return reduce(outs[op.root] + s.off * es, s.off * es, s.count);
       }
       case CollKind::kAllGather:
-        for (int i = 0; i < n; ++i)
-          LOOM_TRY(copy(outs[i] + static_cast<size_t>(me) * c * es, ins[me], c * es));
-        return Status();
+        return copyToAll(outs, static_cast<size_t>(me) * c * es, ins[me], c * es);
       case CollKind::kAllToAll:
         for (int i = 0; i < n; ++i)
           LOOM_TRY(copy(outs[i] + static_cast<size_t>(me) * c * es,
                         ins[me] + static_cast<size_t>(i) * c * es, c * es));
         return Status();
       case CollKind::kBroadcast:
-        return copy(outs[me], ins[op.root], c * es);
+        return copyToAll({outs[me]}, 0, ins[op.root], c * es);
       default:
         return LOOM_ERROR(kInternal, "{} has no device one pass", collName(op.coll));
     }

@@ -17,8 +17,12 @@
 // returns (and lets its stream go on to reuse its buffers) while a peer still reads or writes them.
 //
 // With GPUs that differ, the second round (always held then) also says whether each rank reaches
-// every other GPU; if one does not, all stage. Peer reads and writes go by Loom's kernels (the
-// reductions) and the copy engines (the copies); which is cheaper is not yet priced per call.
+// every other GPU; if one does not, all stage. A rank's result (AllReduce) or block (AllGather)
+// goes to the outputs either by Loom's kernels, one launch storing it into every output, or by the
+// copy engines, one copy per output after the reduction into its own: whichever the cost model
+// prices lower with the device's measured speeds (src/runtime/device_plan.h), or the one
+// LOOM_DEVICE_ONE_PASS_COPIES names. Each rank chooses for its own share: either way gives the same
+// bytes, so ranks need not agree.
 //
 // Not yet: groups of calls and Send/Recv: those are staged (src/runtime/device_runner.h).
 // LOOM_DEVICE_ONE_PASS=0 turns it off.
@@ -34,6 +38,8 @@
 
 #include "src/core/status.h"
 #include "src/device/cuda_driver.h"
+#include "src/device/device_speeds.h"
+#include "src/runtime/device_plan.h"
 #include "src/runtime/executor.h"
 #include "topology/paths.h"
 
@@ -78,6 +84,8 @@ class DeviceOnePass {
   // Whether this rank's GPU reaches the GPUs of the other n records (Record) peer to peer: those
   // of this process's ranks through peersOn_, those of other processes peerAllowed.
   bool reachPeers(const void* records, int n, uint32_t myPid);
+  // How this rank writes the outputs of op (sameGpu: every rank on this GPU).
+  OnePassCopies copiesFor(const OpArgs& op, bool sameGpu);
 
   Comm* comm_;
   int device_;
@@ -86,8 +94,10 @@ class DeviceOnePass {
   std::string bus_;        // that bus id
   std::set<int> peersOn_;  // devices this context has peer access to (cuCtxEnablePeerAccess)
   std::unique_ptr<topo::Paths> paths_;  // of this host's topology, made on first need
-  bool usable_ = false;      // a shared host area whose exchange buffers hold the handles
-  bool kernels_ = false;     // Loom's kernels load on this GPU
+  bool usable_ = false;          // a shared host area whose exchange buffers hold the handles
+  bool kernels_ = false;         // Loom's kernels load on this GPU
+  device::DeviceSpeeds speeds_;  // what prices kernels against the copy engines (copiesFor)
+  bool speedsTried_ = false;
   std::list<Mapping> maps_;  // most recent first; at most kMaxMappings
 };
 

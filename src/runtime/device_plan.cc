@@ -5,6 +5,7 @@
 
 #include "src/core/dtype.h"
 #include "src/core/params.h"
+#include "src/core/text.h"
 #include "src/device/cuda_driver.h"
 #include "src/device/kernels/reduce_math.h"
 #include "src/runtime/comm.h"
@@ -39,18 +40,24 @@ bool peersReachAll(int k) {
 
 }  // namespace
 
+const char* onePassCopiesName(OnePassCopies how) {
+  return how == OnePassCopies::kKernels ? "kernels" : "engines";
+}
+
 double devicePeerOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& sp,
-                                double intraAlphaSec) {
+                                double intraAlphaSec, OnePassCopies how) {
   if (sp.peerBytesPerSec <= 0) return -1;
   const double es = static_cast<double>(dataTypeSize(call.dtype));
   const double dn = static_cast<double>(n), c = static_cast<double>(call.count);
   const double slice = std::ceil(c / dn) * es;
-  // The bytes the busiest rank moves to or from other GPUs, and the operations it enqueues.
+  const bool kernels = how == OnePassCopies::kKernels;
+  // The bytes the busiest rank moves to or from other GPUs (the same either way), and the
+  // operations it enqueues.
   double remote = 0, ops = 1;
   switch (call.coll) {
     case CollKind::kAllReduce:  // reads n - 1 peers' slices, writes its result to n - 1 outputs
       remote = 2 * (dn - 1) * slice;
-      ops = dn;
+      ops = kernels ? 1 : dn;
       break;
     case CollKind::kReduce:
       remote = dn * slice;
@@ -59,7 +66,10 @@ double devicePeerOnePassSeconds(const CallShape& call, int n, const device::Devi
       remote = (dn - 1) * c * es;
       break;
     case CollKind::kAllGather:
-    case CollKind::kAllToAll:
+      remote = (dn - 1) * c * es;
+      ops = kernels ? 1 : dn;
+      break;
+    case CollKind::kAllToAll:  // a different block per output: an operation each, either way
       remote = (dn - 1) * c * es;
       ops = dn;
       break;
@@ -73,37 +83,63 @@ double devicePeerOnePassSeconds(const CallShape& call, int n, const device::Devi
 }
 
 double deviceOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& sp,
-                            double intraAlphaSec) {
-  if (sp.copyBytesPerSec <= 0) return -1;
+                            double intraAlphaSec, OnePassCopies how) {
+  // Traffic rates (bytes read plus written per second): a copy moves 2 bytes per byte copied, the
+  // two-input reduction 3 per byte of output; a kernel with other input counts is taken to move
+  // bytes at the same rate.
+  const double copyRate = 2 * sp.copyBytesPerSec, kernelRate = 3 * sp.reduceBytesPerSec;
+  if (copyRate <= 0 || kernelRate <= 0) return -1;
   const double es = static_cast<double>(dataTypeSize(call.dtype));
   const double dn = static_cast<double>(n), c = static_cast<double>(call.count);
   const double b = c * es;
-  // The bytes all ranks read plus write in the GPU's memory, and the operations they enqueue
-  // (per rank: a reduction kernel, or copies).
-  double traffic = 0, ops = 1;
+  const bool kernels = how == OnePassCopies::kKernels;
+  // The bytes all ranks read plus write in the GPU's memory by kernels and by copies, and the
+  // operations each enqueues.
+  double byKernel = 0, byCopy = 0, ops = 1;
   switch (call.coll) {
-    case CollKind::kAllReduce:  // reduce n slices into one, then copy it to n - 1 outputs
-      traffic = (dn + 1) * b + 2 * (dn - 1) * b;
-      ops = dn;
+    case CollKind::kAllReduce:
+      if (kernels) {  // each reads its slice of n inputs and stores it into n outputs
+        byKernel = 2 * dn * b;
+      } else {  // reduce n slices into its own output, then copy that to n - 1 outputs
+        byKernel = (dn + 1) * b;
+        byCopy = 2 * (dn - 1) * b;
+        ops = dn;
+      }
       break;
     case CollKind::kReduce:
-      traffic = (dn + 1) * b;
+      byKernel = (dn + 1) * b;
       break;
     case CollKind::kReduceScatter:
-      traffic = dn * (dn + 1) * b;
+      byKernel = dn * (dn + 1) * b;
       break;
-    case CollKind::kAllGather:  // each rank copies its block to every output
-    case CollKind::kAllToAll:
-      traffic = 2 * dn * dn * b;
+    case CollKind::kAllGather:
+      if (kernels) {  // each reads its block once and stores it into n outputs
+        byKernel = dn * (dn + 1) * b;
+      } else {  // each copies its block to every output
+        byCopy = 2 * dn * dn * b;
+        ops = dn;
+      }
+      break;
+    case CollKind::kAllToAll:  // a different block per output
+      (kernels ? byKernel : byCopy) = 2 * dn * dn * b;
       ops = dn;
       break;
-    case CollKind::kBroadcast:
-      traffic = 2 * b;  // each rank copies the root's buffer into its own
+    case CollKind::kBroadcast:  // each rank copies the root's buffer into its own
+      (kernels ? byKernel : byCopy) = 2 * dn * b;
       break;
     default:
       return -1;
   }
-  return traffic / (2 * sp.copyBytesPerSec) + ops * sp.launchSec + 3 * intraAlphaSec;
+  return byKernel / kernelRate + byCopy / copyRate + ops * sp.launchSec + 3 * intraAlphaSec;
+}
+
+OnePassCopies chooseOnePassCopies(double kernelsSec, double enginesSec) {
+  const std::string forced = params::kDeviceOnePassCopies.str();
+  if (asciiLower(forced) == "kernels") return OnePassCopies::kKernels;
+  if (asciiLower(forced) == "engines") return OnePassCopies::kEngines;
+  if (kernelsSec >= 0 && (enginesSec < 0 || kernelsSec < enginesSec))
+    return OnePassCopies::kKernels;
+  return OnePassCopies::kEngines;
 }
 
 double stagedSeconds(double in, double out, int rows, double hostSec,
@@ -155,10 +191,13 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
   const bool onePass = params::kDeviceOnePass.asBool() && n >= 2 && cm->allLocal() &&
                        n <= devk::kMaxReduceInputs &&
                        !(call.coll == CollKind::kAllToAll && call.inPlace);
-  if (onePass && gpus == 1)
-    p.onePassSec = deviceOnePassSeconds(call, n, sp, alpha);
-  else if (onePass && params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus)))
-    p.onePassSec = devicePeerOnePassSeconds(call, n, sp, alpha);
+  auto price = gpus == 1 ? deviceOnePassSeconds : devicePeerOnePassSeconds;
+  if (onePass && (gpus == 1 || (params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus))))) {
+    p.onePassKernelsSec = price(call, n, sp, alpha, OnePassCopies::kKernels);
+    p.onePassEnginesSec = price(call, n, sp, alpha, OnePassCopies::kEngines);
+    p.copies = chooseOnePassCopies(p.onePassKernelsSec, p.onePassEnginesSec);
+    p.onePassSec = p.copies == OnePassCopies::kKernels ? p.onePassKernelsSec : p.onePassEnginesSec;
+  }
 
   if (cm->deviceSchedule()) {
     // GPUDirect RDMA: the schedule itself on the device buffers; priced as the host schedule (the

@@ -4,9 +4,13 @@
 //
 // The device paths (src/runtime/device_runner.h):
 //   - one-pass: every rank of one host on one GPU: each reduces or copies its slice straight from
-//     its peers' device buffers with Loom's kernels and the copy engines. Its price: the bytes all
-//     ranks move through the GPU's memory at the measured device copy speed (they share it), an
-//     operation's cost per launch and copy, and the host exchange's three flag rounds.
+//     its peers' device buffers. Two ways, priced apart, the cheaper taken (or the one
+//     LOOM_DEVICE_ONE_PASS_COPIES names): kernels (one launch of Loom's kernel reads the slice of
+//     every input and stores the result into every output; AllGather's block goes to every output
+//     by one launch) or engines (the reduction into its own output, then a copy engine copy per
+//     other output). Its price: the bytes all ranks move through the GPU's memory (they share it),
+//     kernels at the measured kernel speed and copies at the measured copy speed, an operation's
+//     cost per launch and copy, and the host exchange's three flag rounds.
 //   - staged whole: the input copied to pinned host memory, the host schedule, the output copied
 //     back, one after the other.
 //   - staged pipelined (LOOM_DEVICE_STAGE_CHUNK): the same in chunks, the three overlapping: the
@@ -30,12 +34,18 @@ namespace loom {
 
 class Comm;
 
+// How the device one pass writes the outputs it fills.
+enum class OnePassCopies { kKernels, kEngines };
+const char* onePassCopiesName(OnePassCopies how);
+
 struct DevicePlan {
   std::string path;        // "device-gdr", "device-one-pass", "device-pipelined" or "device-staged"
   std::string algorithm;   // "direct" on the one pass; else the host schedule's (the whole call's)
   double seconds = -1;     // the chosen path's price
   double onePassSec = -1;  // < 0: the one pass cannot run, or is not priced
-  double wholeSec = -1;    // staged whole
+  double onePassKernelsSec = -1, onePassEnginesSec = -1;  // each way of it
+  OnePassCopies copies = OnePassCopies::kKernels;         // the way onePassSec is
+  double wholeSec = -1;                                   // staged whole
   double pipelinedSec = -1;  // staged in chunks (< 0: the call is one chunk, or chunking is off)
   double gdrSec = -1;        // on the schedule with GPUDirect RDMA (Comm::deviceSchedule)
   double hostSec = -1;       // the host schedule of the whole call alone
@@ -46,15 +56,22 @@ struct DevicePlan {
 Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call,
                                   const device::DeviceSpeeds& speeds);
 
-// The price of the one pass of call among n ranks sharing one GPU with speeds; intraAlphaSec is a
-// flag round's cost. < 0 for a collective it does not take. Pure.
+// The price of the one pass of call among n ranks sharing one GPU with speeds, its outputs
+// written `how`; intraAlphaSec is a flag round's cost. < 0 for a collective it does not take, or
+// without the speeds it needs. Pure.
 double deviceOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& speeds,
-                            double intraAlphaSec);
+                            double intraAlphaSec, OnePassCopies how);
 
 // The same among n ranks on n GPUs that reach each other peer to peer: the busiest rank's bytes to
-// and from other GPUs at the measured peer speed. < 0 without that speed. Pure.
+// and from other GPUs at the measured peer speed (either way), and its operations. < 0 without
+// that speed. Pure.
 double devicePeerOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& speeds,
-                                double intraAlphaSec);
+                                double intraAlphaSec, OnePassCopies how);
+
+// The way the one pass takes: LOOM_DEVICE_ONE_PASS_COPIES where it names one, else the lower of
+// the two prices (the engines on a tie, or where neither is priced: they leave the GPU's cores to
+// the user's kernels).
+OnePassCopies chooseOnePassCopies(double kernelsSec, double enginesSec);
 
 // Staged: the copy of `in` bytes to the host and of `out` bytes back (rows copies each way), around
 // a host call of hostSec. Pure.

@@ -606,6 +606,59 @@ TEST(DeviceCalls, LargeStagedCallsArePipelinedInChunksAndEveryValueIsRight) {
   }
 }
 
+// The device one pass writes its peers' outputs by Loom's kernels (one launch a rank stores its
+// result or block into every output) or by the copy engines (a copy per output): each way gives
+// every value (every collective, in place and out of place, 2 and 3 ranks as threads on the one
+// GPU), and the emulator's counters show which ran; auto prices the two with the measured speeds.
+TEST(DeviceCalls, OnePassWritesOutputsByKernelsOrCopyEngines) {
+  SKIP_WITHOUT_CUDA();
+  setParam("LOOMTEST_DEVICE", "1");
+  setParam("LOOMTEST_STREAM", "1");
+  struct Restore {
+    ~Restore() {
+      for (const char* p : {"LOOM_DEVICE_ONE_PASS_COPIES", "LOOMTEST_DEVICE", "LOOMTEST_STREAM"})
+        setParam(p, nullptr);
+    }
+  } restore;
+  for (const char* way : {"kernels", "engines", "auto"}) {
+    setParam("LOOM_DEVICE_ONE_PASS_COPIES", way);
+    for (int n : {2, 3}) {
+      ThreadRanks tr(n);
+      ASSERT_TRUE(tr.ok()) << tr.error();
+      std::vector<Case> cases;
+      for (Coll c : allColls())
+        if (c != Coll::kSendRecv)
+          for (bool inPlace : {false, true}) {
+            cases.push_back({c, loomFloat32, loomSum, 10007, inPlace, n - 1});  // unequal slices
+            cases.push_back({c, loomBfloat16, loomMax, 999, inPlace, 0});
+          }
+      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+        for (const Case& c : cases) {
+          std::string e = runCase(comm, rank, n, c);
+          if (!e.empty()) return e;
+        }
+        return "";
+      });
+      EXPECT_EQ(err, "") << n << " ranks, LOOM_DEVICE_ONE_PASS_COPIES=" << way;
+      // One AllGather out of place, counted: a launch a rank, or a copy per rank and output.
+      const long long copies = fakeCount("copies"), launches = fakeCount("kernel_launches");
+      if (copies < 0 || std::string(way) == "auto") continue;
+      err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+        const size_t count = 4096;
+        DevBuf in(count * 4), out(count * 4 * static_cast<size_t>(n));
+        if (!in.ok() || !out.ok()) return "cuMemAlloc failed";
+        loomResult_t r = loomAllGather(in.ptr(), out.ptr(), count, loomFloat32, comm, nullptr);
+        return r == loomSuccess ? "" : "rank " + std::to_string(rank) + ": " + outcome(r);
+      });
+      EXPECT_EQ(err, "");
+      const bool kernels = std::string(way) == "kernels";
+      EXPECT_EQ(fakeCount("copies") - copies, kernels ? 0 : n * n) << way << ", " << n << " ranks";
+      EXPECT_EQ(fakeCount("kernel_launches") - launches, kernels ? n : 0)
+          << way << ", " << n << " ranks";
+    }
+  }
+}
+
 // loomCommPlanInfoDevice: the device paths priced with the device's measured speeds. Ranks of one
 // host on its one GPU take the one pass; with it off, a call is staged whole, or pipelined when it
 // is larger than LOOM_DEVICE_STAGE_CHUNK; staging costs more than the host schedule it wraps.

@@ -126,7 +126,8 @@ TEST_F(FakeCudaKernels, ReductionGivesTheCpuKernelsBits) {
         ASSERT_CU_OK(a.cuMemcpyAsync(d1, dev(in[1].data()), bytes, s));
         if (nsrc == 3) std::memcpy(h2, in[2].data(), bytes);
         devk::ReduceArgs args{};
-        args.dst = reinterpret_cast<void*>(dst);
+        args.dst[0] = reinterpret_cast<void*>(dst);
+        args.ndst = 1;
         args.src[0] = reinterpret_cast<const void*>(d0);
         args.src[1] = reinterpret_cast<const void*>(d1);
         args.src[2] = h2;
@@ -158,7 +159,8 @@ TEST_F(FakeCudaKernels, ArgumentsAreCopiedAtLaunch) {
   ASSERT_CU_OK(a.cuMemcpyAsync(dy, dev(y.data()), n * 4, s));
   ASSERT_CU_OK(a.cuStreamWaitValue64(s, dev(gate), 1, kStreamWaitValueGeq));
   auto* args = new devk::ReduceArgs{};
-  args->dst = reinterpret_cast<void*>(dz);
+  args->dst[0] = reinterpret_cast<void*>(dz);
+  args->ndst = 1;
   args->src[0] = reinterpret_cast<const void*>(dx);
   args->src[1] = reinterpret_cast<const void*>(dy);
   args->nsrc = 2;
@@ -241,7 +243,8 @@ TEST_F(FakeCudaKernels, FirstLaunchLoadsAfterTheContextsWaitingStreams) {
   const CUdeviceptr dx = alloc(n * 4), dz = alloc(n * 4);
   ASSERT_CU_OK(a.cuMemcpyAsync(dx, dev(x.data()), n * 4, s));
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(dz);
+  args.dst[0] = reinterpret_cast<void*>(dz);
+  args.ndst = 1;
   args.src[0] = reinterpret_cast<const void*>(dx);
   args.nsrc = 1;
   args.count = n;
@@ -301,7 +304,8 @@ TEST_F(FakeCudaKernels, ManyThreadsAtOnce) {
         if (a.cuMemAlloc(&d, kCount * 8) != kSuccess) return void(++bad);
         a.cuMemcpyAsync(d, reinterpret_cast<CUdeviceptr>(x.data()), kCount * 8, s);
         devk::ReduceArgs args{};
-        args.dst = reinterpret_cast<void*>(d);
+        args.dst[0] = reinterpret_cast<void*>(d);
+        args.ndst = 1;
         args.src[0] = args.src[1] = args.src[2] = reinterpret_cast<const void*>(d);
         args.nsrc = 3;
         args.count = kCount;
@@ -333,7 +337,8 @@ TEST_F(FakeCudaFaults, IllegalAddressInAKernelIsStickyAndReleasesWaits) {
   std::vector<int> pageable(256, 1);  // memory a kernel cannot reach
   const CUdeviceptr d = alloc(1024);
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(d);
+  args.dst[0] = reinterpret_cast<void*>(d);
+  args.ndst = 1;
   args.src[0] = reinterpret_cast<const void*>(d);
   args.src[1] = pageable.data();
   args.nsrc = 2;
@@ -393,7 +398,8 @@ TEST_F(FakeCudaFaults, AnotherDevicesMemoryNeedsPeerAccessInKernels) {
   ASSERT_CU_OK(a.cuMemcpyAsync(remote, dev(ones.data()), 1024, s));  // copies need no access
   ASSERT_CU_OK(a.cuMemcpyAsync(local, remote, 1024, s));
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(local);
+  args.dst[0] = reinterpret_cast<void*>(local);
+  args.ndst = 1;
   args.src[0] = reinterpret_cast<const void*>(local);
   args.src[1] = reinterpret_cast<const void*>(remote);
   args.nsrc = 2;
@@ -414,7 +420,8 @@ TEST_F(FakeCudaFaults, AnotherDevicesMemoryNeedsPeerAccessInKernels) {
     ASSERT_CU_OK(a.cuModuleLoadData(&m, kImage));
     ASSERT_CU_OK(a.cuModuleGetFunction(&f, m, "loomReduce_i32_sum"));
     devk::ReduceArgs back = args;
-    back.dst = reinterpret_cast<void*>(remote);
+    back.dst[0] = reinterpret_cast<void*>(remote);
+    back.ndst = 1;
     back.src[0] = reinterpret_cast<const void*>(remote);
     back.src[1] = reinterpret_cast<const void*>(local);
     void* params[] = {&back};
@@ -429,7 +436,8 @@ TEST_F(FakeCudaFaults, PastTheEndOfAnAllocationFaultsAndFreeWaitsForQueuedWork) 
   CUstream s = stream();
   const CUdeviceptr d = alloc(1000);
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(d);
+  args.dst[0] = reinterpret_cast<void*>(d);
+  args.ndst = 1;
   args.src[0] = reinterpret_cast<const void*>(d);
   args.nsrc = 1;
   args.count = 1001;  // one byte past the end
@@ -471,7 +479,8 @@ TEST_F(FakeCudaFaults, InjectedIllegalAddress) {
   const CUdeviceptr d = alloc(4096);
   ASSERT_CU_OK(a.cuMemsetD8Async(d, 1, 4096, s));
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(d);
+  args.dst[0] = reinterpret_cast<void*>(d);
+  args.ndst = 1;
   args.src[0] = reinterpret_cast<const void*>(d);
   args.src[1] = reinterpret_cast<const void*>(d);
   args.nsrc = 2;

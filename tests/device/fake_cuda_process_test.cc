@@ -142,7 +142,8 @@ int childFault(const std::string& spec) {
   CHILD_CHECK(a.cuStreamCreate(&s, kStreamNonBlocking) == kSuccess);
   CHILD_CHECK(a.cuMemAlloc(&d, 4096) == kSuccess);
   devk::ReduceArgs args{};
-  args.dst = reinterpret_cast<void*>(d);
+  args.dst[0] = reinterpret_cast<void*>(d);
+  args.ndst = 1;
   args.src[0] = args.src[1] = reinterpret_cast<const void*>(d);
   args.nsrc = 2;
   args.count = 1024;

@@ -107,7 +107,8 @@ std::vector<char> onDeviceCode(const std::vector<std::vector<char>>& in, size_t 
                                loomDataType_t dt, loomRedOp_t op, size_t offset) {
   std::vector<char> out(in[0].size());
   devk::ReduceArgs a{};
-  a.dst = out.data() + offset;
+  a.dst[0] = out.data() + offset;
+  a.ndst = 1;
   for (size_t k = 0; k < in.size(); ++k) a.src[k] = in[k].data() + offset;
   a.nsrc = static_cast<int>(in.size());
   a.divideBy = op == loomAvg ? static_cast<int>(in.size()) : 0;
@@ -136,6 +137,46 @@ TEST(DeviceReduce, EveryDatatypeAndOpMatchesTheCpuKernelsBitForBit) {
               ASSERT_TRUE(sameElement(c, d, dt))
                   << dataTypeName(dt) << " " << redOpName(op) << " inputs " << inputs << " n " << n
                   << " offset " << offsetElems << " element " << i;
+            }
+          }
+  }
+}
+
+// One launch storing its result into several outputs (the device one pass's way to write every
+// rank's output): each output holds the CPU kernels' bits, with and without the vector body, and
+// with one output being an input (in place); one input and no op is a copy to them all.
+TEST(DeviceReduce, SeveralOutputsEachGetTheSameResult) {
+  std::mt19937_64 g(777);
+  for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomInt8, loomFloat64}) {
+    const size_t es = dataTypeSize(dt);
+    for (int inputs : {1, 3})
+      for (size_t n : {size_t(5), size_t(1000)})
+        for (size_t offsetElems : {size_t(0), size_t(1)})
+          for (bool inPlace : {false, true}) {
+            const size_t offset = offsetElems * es;
+            std::vector<std::vector<char>> in(inputs, std::vector<char>((n + 2) * es));
+            for (auto& b : in) fill(b, dt, g);
+            std::vector<char> cpu = onCpu(in, n, dt, loomSum, offset);
+            const int outputs = 4;
+            std::vector<std::vector<char>> out(outputs, std::vector<char>((n + 2) * es, 0x5a));
+            devk::ReduceArgs a{};
+            for (int d = 0; d < outputs; ++d) a.dst[d] = out[d].data() + offset;
+            if (inPlace) a.dst[outputs - 1] = in[0].data() + offset;  // the last output is input 0
+            a.ndst = outputs;
+            for (int k = 0; k < inputs; ++k) a.src[k] = in[k].data() + offset;
+            a.nsrc = inputs;
+            a.count = n;
+            devk::runReduceOnHost(static_cast<int>(dt), static_cast<int>(loomSum), a);
+            for (int d = 0; d < outputs; ++d) {
+              const char* got = inPlace && d == outputs - 1 ? in[0].data() : out[d].data();
+              for (size_t i = 0; i < n; ++i)
+                ASSERT_TRUE(sameElement(cpu.data() + offset + i * es, got + offset + i * es, dt))
+                    << dataTypeName(dt) << " inputs " << inputs << " n " << n << " offset "
+                    << offsetElems << (inPlace ? " in place" : "") << " output " << d << " element "
+                    << i;
+              if (!(inPlace && d == outputs - 1)) {
+                EXPECT_EQ(out[d][offset + n * es], 0x5a) << "written past the end, output " << d;
+              }
             }
           }
   }

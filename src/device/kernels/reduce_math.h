@@ -178,13 +178,17 @@ struct Elem<kFloat16> : Elem16<halfToFloat, floatToHalf> {};
 template <>
 struct Elem<kBfloat16> : Elem16<bf16ToFloat, floatToBf16> {};
 
-// What one reduction kernel launch computes: dst[i] = src[0][i] op src[1][i] op ... op
+// What one reduction kernel launch computes: acc[i] = src[0][i] op src[1][i] op ... op
 // src[nsrc-1][i] for i < count (pairwise, left to right), then / divideBy when divideBy > 0
-// (avg's last step). dst may equal any src exactly. Passed by value as the kernel's one parameter.
+// (avg's last step), stored into every one of dst[0..ndst-1] (one pass writes a result into every
+// rank's output; one source and no op is a copy to them all). A dst may equal any src exactly.
+// Passed by value as the kernel's one parameter.
 constexpr int kMaxReduceInputs = 16;
+constexpr int kMaxReduceOutputs = 16;
 struct ReduceArgs {
-  void* dst;
+  void* dst[kMaxReduceOutputs];
   const void* src[kMaxReduceInputs];
+  int ndst;
   int nsrc;
   int divideBy;
   unsigned long long count;  // NOLINT(runtime/int): one layout for host and device
@@ -196,13 +200,12 @@ template <int DT, int Op>
 LOOM_HD void reduceElements(const ReduceArgs& a, unsigned long long begin,      // NOLINT
                             unsigned long long end, unsigned long long step) {  // NOLINT
   using T = typename Elem<DT>::Storage;
-  T* dst = static_cast<T*>(a.dst);
   for (unsigned long long i = begin; i < end; i += step) {  // NOLINT
     T acc = static_cast<const T*>(a.src[0])[i];
     for (int s = 1; s < a.nsrc; ++s)
       acc = Elem<DT>::template combine<Op>(acc, static_cast<const T*>(a.src[s])[i]);
     if (a.divideBy > 0) acc = Elem<DT>::divide(acc, a.divideBy);
-    dst[i] = acc;
+    for (int d = 0; d < a.ndst; ++d) static_cast<T*>(a.dst[d])[i] = acc;
   }
 }
 
@@ -220,7 +223,6 @@ LOOM_HD void reduceVectors(const ReduceArgs& a, unsigned long long begin,      /
   using T = typename Elem<DT>::Storage;
   using V = Vec16<T>;
   constexpr int kN = 16 / sizeof(T);
-  V* dst = static_cast<V*>(a.dst);
   for (unsigned long long i = begin; i < end; i += step) {  // NOLINT
     V acc = static_cast<const V*>(a.src[0])[i];
     for (int s = 1; s < a.nsrc; ++s) {
@@ -229,13 +231,15 @@ LOOM_HD void reduceVectors(const ReduceArgs& a, unsigned long long begin,      /
     }
     if (a.divideBy > 0)
       for (int k = 0; k < kN; ++k) acc.v[k] = Elem<DT>::divide(acc.v[k], a.divideBy);
-    dst[i] = acc;
+    for (int d = 0; d < a.ndst; ++d) static_cast<V*>(a.dst[d])[i] = acc;
   }
 }
 
 // True when every pointer of a is 16-byte aligned (the vectorized body may run).
 LOOM_HD bool aligned16(const ReduceArgs& a) {
-  unsigned long long bits = reinterpret_cast<unsigned long long>(a.dst);  // NOLINT
+  unsigned long long bits = 0;  // NOLINT
+  for (int d = 0; d < a.ndst; ++d)
+    bits |= reinterpret_cast<unsigned long long>(a.dst[d]);  // NOLINT
   for (int s = 0; s < a.nsrc; ++s)
     bits |= reinterpret_cast<unsigned long long>(a.src[s]);  // NOLINT
   return (bits & 15u) == 0;

@@ -73,19 +73,24 @@ bool knownKernel(const char* name, Function* f) {
 // of this process, for all count elements.
 CUresult runReduce(const Function& f, const devk::ReduceArgs& a, const Context* c) {
   if (a.nsrc < 1 || a.nsrc > devk::kMaxReduceInputs) return kErrorIllegalAddress;
+  if (a.ndst < 1 || a.ndst > devk::kMaxReduceOutputs) return kErrorIllegalAddress;
   if (a.count == 0) return kSuccess;
   const size_t es = elementSize(f.dtype);
   if (a.count > std::numeric_limits<size_t>::max() / es) return kErrorIllegalAddress;
   const size_t bytes = size_t(a.count) * es;
-  Resolved held[1 + devk::kMaxReduceInputs];  // keeps the memory mapped while the kernel runs
+  // Keeps the memory mapped while the kernel runs.
+  Resolved held[devk::kMaxReduceOutputs + devk::kMaxReduceInputs];
   devk::ReduceArgs t = a;
-  held[0] = resolve(reinterpret_cast<uintptr_t>(a.dst), bytes, true);
-  if (!reachable(held[0], c)) return kErrorIllegalAddress;
-  t.dst = held[0].p;
+  for (int d = 0; d < a.ndst; ++d) {
+    held[d] = resolve(reinterpret_cast<uintptr_t>(a.dst[d]), bytes, true);
+    if (!reachable(held[d], c)) return kErrorIllegalAddress;
+    t.dst[d] = held[d].p;
+  }
   for (int s = 0; s < a.nsrc; ++s) {
-    held[s + 1] = resolve(reinterpret_cast<uintptr_t>(a.src[s]), bytes, false);
-    if (!reachable(held[s + 1], c)) return kErrorIllegalAddress;
-    t.src[s] = held[s + 1].p;
+    Resolved& h = held[devk::kMaxReduceOutputs + s];
+    h = resolve(reinterpret_cast<uintptr_t>(a.src[s]), bytes, false);
+    if (!reachable(h, c)) return kErrorIllegalAddress;
+    t.src[s] = h.p;
   }
   if (!devk::runReduceKernelOnHost(f.name.c_str(), t)) return kErrorLaunchFailed;
   count(kKernelsRun);
