@@ -10,6 +10,7 @@
 #include "src/device/kernels/reduce_math.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/device_runner.h"
+#include "topology/paths.h"
 
 namespace loom {
 
@@ -36,6 +37,19 @@ bool peersReachAll(int k) {
       if (a != b && (api.cuDeviceCanAccessPeer(&can, a, b) != cuda::kSuccess || !can)) return false;
     }
   return true;
+}
+
+// The PCI bus ids of devices 0..k-1; none where the driver does not name one of them.
+std::vector<std::string> busIdsOf(int k) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  std::vector<std::string> ids;
+  for (int d = 0; d < k; ++d) {
+    char bus[64] = {};
+    if (!api.cuDeviceGetPCIBusId || api.cuDeviceGetPCIBusId(bus, sizeof(bus), d) != cuda::kSuccess)
+      return {};
+    ids.push_back(bus);
+  }
+  return ids;
 }
 
 }  // namespace
@@ -133,6 +147,27 @@ double deviceOnePassSeconds(const CallShape& call, int n, const device::DeviceSp
   return byKernel / kernelRate + byCopy / copyRate + ops * sp.launchSec + 3 * intraAlphaSec;
 }
 
+double topologyPeerBytesPerSec(const topo::Graph& graph, const std::vector<std::string>& busIds) {
+  std::vector<int> nodes;
+  for (const std::string& bus : busIds) {
+    const int node = graph.findByBusId(asciiLower(bus));
+    if (node < 0) return 0;
+    nodes.push_back(node);
+  }
+  if (nodes.size() < 2) return 0;
+  const topo::Paths paths = topo::Paths::compute(graph);
+  double narrowest = -1;
+  for (size_t a = 0; a < nodes.size(); ++a)
+    for (size_t b = 0; b < nodes.size(); ++b) {
+      if (a == b) continue;
+      const topo::Path& p = paths.get(nodes[a], nodes[b]);
+      if (p.type == topo::PathType::kDis || p.bw <= 0) return 0;
+      const double bw = static_cast<double>(p.bw) * 1e9;
+      if (narrowest < 0 || bw < narrowest) narrowest = bw;
+    }
+  return narrowest > 0 ? narrowest : 0;
+}
+
 OnePassCopies chooseOnePassCopies(double kernelsSec, double enginesSec) {
   const std::string forced = params::kDeviceOnePassCopies.str();
   if (asciiLower(forced) == "kernels") return OnePassCopies::kKernels;
@@ -193,8 +228,14 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
                        !(call.coll == CollKind::kAllToAll && call.inPlace);
   auto price = gpus == 1 ? deviceOnePassSeconds : devicePeerOnePassSeconds;
   if (onePass && (gpus == 1 || (params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus))))) {
-    p.onePassKernelsSec = price(call, n, sp, alpha, OnePassCopies::kKernels);
-    p.onePassEnginesSec = price(call, n, sp, alpha, OnePassCopies::kEngines);
+    device::DeviceSpeeds at = sp;
+    if (gpus > 1) {  // the links between the ranks' GPUs (one a rank: devices 0..n-1)
+      const double topo = topologyPeerBytesPerSec(localTopology(), busIdsOf(std::min(n, gpus)));
+      if (topo > 0)
+        at.peerBytesPerSec = sp.peerBytesPerSec > 0 ? std::min(sp.peerBytesPerSec, topo) : topo;
+    }
+    p.onePassKernelsSec = price(call, n, at, alpha, OnePassCopies::kKernels);
+    p.onePassEnginesSec = price(call, n, at, alpha, OnePassCopies::kEngines);
     p.copies = chooseOnePassCopies(p.onePassKernelsSec, p.onePassEnginesSec);
     p.onePassSec = p.copies == OnePassCopies::kKernels ? p.onePassKernelsSec : p.onePassEnginesSec;
   }

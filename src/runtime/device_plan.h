@@ -25,10 +25,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "src/core/status.h"
 #include "src/device/device_speeds.h"
 #include "src/runtime/dispatch.h"
+#include "topology/graph.h"
 
 namespace loom {
 
@@ -63,10 +65,16 @@ double deviceOnePassSeconds(const CallShape& call, int n, const device::DeviceSp
                             double intraAlphaSec, OnePassCopies how);
 
 // The same among n ranks on n GPUs that reach each other peer to peer: the busiest rank's bytes to
-// and from other GPUs at the measured peer speed (either way), and its operations. < 0 without
-// that speed. Pure.
+// and from other GPUs at speeds.peerBytesPerSec (either way), and its operations. < 0 without that
+// speed. Pure. (planDeviceCall's peer speed: the measured one, bounded by the topology's
+// narrowest path between the ranks' GPUs where the host's topology knows them, or that path alone
+// where nothing was measured.)
 double devicePeerOnePassSeconds(const CallShape& call, int n, const device::DeviceSpeeds& speeds,
                                 double intraAlphaSec, OnePassCopies how);
+
+// The narrowest path between any two of the GPUs with these PCI bus ids in graph (NVLink or PCIe,
+// as NCCL rates them), in bytes per second; 0 where the graph does not know every one. Pure.
+double topologyPeerBytesPerSec(const topo::Graph& graph, const std::vector<std::string>& busIds);
 
 // The way the one pass takes: LOOM_DEVICE_ONE_PASS_COPIES where it names one, else the lower of
 // the two prices (the engines on a tie, or where neither is priced: they leave the GPU's cores to

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "src/core/params.h"
+#include "topology/xml.h"
 
 namespace loom {
 namespace {
@@ -93,6 +94,28 @@ TEST(DevicePlan, PeerGpusMoveTheSameBytesEitherWayWithFewerOperationsByKernels) 
   EXPECT_LT(devicePeerOnePassSeconds(ar, 4, none, 0, k), 0) << "priced without a peer speed";
   EXPECT_LT(deviceOnePassSeconds(ar, 4, device::DeviceSpeeds{}, 0, k), 0)
       << "priced without measured speeds";
+}
+
+// The links between the ranks' GPUs from the host's topology (the shared files of real machines):
+// an H100 box's NVSwitch gives every pair its NVLink rate; an Azure NC A100 v4's GPUs reach each
+// other through the CPUs at a PCIe rate; a GPU the file does not know, or a single GPU, gives none.
+TEST(DevicePlan, PeerLinksComeFromTheTopologyWhereItKnowsTheGpus) {
+  const std::string dir = std::string(LOOM_SHARED_DIR) + "/topologies/";
+  Result<topo::Graph> h100 = topo::importXmlFile(dir + "oci-hpc_H100-topology.xml");
+  Result<topo::Graph> ncv4 = topo::importXmlFile(dir + "azhpc-images_ncv4-topo.xml");
+  if (!h100.isOk() || !ncv4.isOk())
+    GTEST_SKIP() << "needs ../shared/topologies: " << h100.status().message() << " "
+                 << ncv4.status().message();
+  // loom-topo reports NVL 370.8 GB/s between every pair of this file's GPUs.
+  const double nvl = topologyPeerBytesPerSec(h100.value(), {"0000:0f:00.0", "0000:2D:00.0"});
+  EXPECT_NEAR(nvl, 370.8e9, 0.1e9);
+  const double pcie = topologyPeerBytesPerSec(
+      ncv4.value(), {"0001:00:00.0", "0002:00:00.0", "0003:00:00.0", "0004:00:00.0"});
+  EXPECT_GT(pcie, 0);
+  EXPECT_LT(pcie, nvl / 10);
+  EXPECT_EQ(topologyPeerBytesPerSec(h100.value(), {"0000:0f:00.0", "0000:99:00.0"}), 0)
+      << "a GPU the topology does not know";
+  EXPECT_EQ(topologyPeerBytesPerSec(h100.value(), {"0000:0f:00.0"}), 0) << "a single GPU";
 }
 
 TEST(DevicePlan, TheChoiceIsTheLowerPriceUnlessTheParameterNamesOne) {
