@@ -17,6 +17,7 @@
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
 #include "src/runtime/device_plan.h"
+#include "src/runtime/run.h"
 #include "topology/paths.h"
 #include "transports/shm/host_group.h"
 
@@ -101,14 +102,8 @@ OnePassCopies DeviceOnePass::copiesFor(const OpArgs& op, bool sameGpu) {
       LOOM_INFO(kSubShm, "device one pass: no measured speeds ({}): copy engines",
                 sp.status().message());
   }
-  CallShape call;
-  call.coll = op.coll;
-  call.count = op.count;
-  call.dtype = op.dtype;
-  call.op = op.op;
-  call.root = op.root;
-  call.inPlace = op.inPlace;
   const int n = comm_->nranks();
+  const CallShape call = shapeOf(op, n, false);
   auto price = sameGpu ? deviceOnePassSeconds : devicePeerOnePassSeconds;
   return chooseOnePassCopies(price(call, n, speeds_, 0, OnePassCopies::kKernels),
                              price(call, n, speeds_, 0, OnePassCopies::kEngines));

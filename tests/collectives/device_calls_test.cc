@@ -552,6 +552,26 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   }
 }
 
+// Every collective but Send/Recv, in place and out of place, float32 sum of f32Count and bfloat16
+// max of bf16Count, on tr's n ranks as the harness runs them (LOOMTEST_DEVICE, LOOMTEST_STREAM):
+// "" or what went wrong first.
+std::string everyCollective(ThreadRanks& tr, int n, size_t f32Count, size_t bf16Count) {
+  std::vector<Case> cases;
+  for (Coll c : allColls())
+    if (c != Coll::kSendRecv)
+      for (bool inPlace : {false, true}) {
+        cases.push_back({c, loomFloat32, loomSum, f32Count, inPlace, n - 1});
+        cases.push_back({c, loomBfloat16, loomMax, bf16Count, inPlace, 0});
+      }
+  return tr.run([&](int rank, loomComm_t comm) -> std::string {
+    for (const Case& c : cases) {
+      std::string e = runCase(comm, rank, n, c);
+      if (!e.empty()) return e;
+    }
+    return "";
+  });
+}
+
 // Staged calls larger than LOOM_DEVICE_STAGE_CHUNK are pipelined (src/runtime/device_runner.h):
 // every collective, in place and out of place, with a count that leaves a short last chunk, on
 // each rank's stream and with a NULL stream, between ranks the one pass does not join (no shared
@@ -573,22 +593,9 @@ TEST(DeviceCalls, LargeStagedCallsArePipelinedInChunksAndEveryValueIsRight) {
     ASSERT_TRUE(tr.ok()) << tr.error();
     for (const char* stream : {"1", "0"}) {
       setParam("LOOMTEST_STREAM", stream);
-      std::vector<Case> cases;
       const size_t count = (size_t(1) << 18) + 77;  // 16 chunks of 64 KiB and a short one (fp32)
-      for (Coll c : allColls())
-        if (c != Coll::kSendRecv)
-          for (bool inPlace : {false, true}) {
-            cases.push_back({c, loomFloat32, loomSum, count, inPlace, n - 1});
-            cases.push_back({c, loomBfloat16, loomMax, count / 3, inPlace, 0});
-          }
-      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
-        for (const Case& c : cases) {
-          std::string e = runCase(comm, rank, n, c);
-          if (!e.empty()) return e;
-        }
-        return "";
-      });
-      EXPECT_EQ(err, "") << n << " ranks, LOOMTEST_STREAM=" << stream;
+      EXPECT_EQ(everyCollective(tr, n, count, count / 3), "")
+          << n << " ranks, LOOMTEST_STREAM=" << stream;
     }
     // One AllReduce alone: staged whole it is 2 copies a rank; in 64 KiB chunks, 2 a chunk.
     const long long copies = fakeCount("copies");
@@ -625,25 +632,12 @@ TEST(DeviceCalls, OnePassWritesOutputsByKernelsOrCopyEngines) {
     for (int n : {2, 3}) {
       ThreadRanks tr(n);
       ASSERT_TRUE(tr.ok()) << tr.error();
-      std::vector<Case> cases;
-      for (Coll c : allColls())
-        if (c != Coll::kSendRecv)
-          for (bool inPlace : {false, true}) {
-            cases.push_back({c, loomFloat32, loomSum, 10007, inPlace, n - 1});  // unequal slices
-            cases.push_back({c, loomBfloat16, loomMax, 999, inPlace, 0});
-          }
-      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
-        for (const Case& c : cases) {
-          std::string e = runCase(comm, rank, n, c);
-          if (!e.empty()) return e;
-        }
-        return "";
-      });
-      EXPECT_EQ(err, "") << n << " ranks, LOOM_DEVICE_ONE_PASS_COPIES=" << way;
+      EXPECT_EQ(everyCollective(tr, n, 10007, 999), "")  // unequal slices
+          << n << " ranks, LOOM_DEVICE_ONE_PASS_COPIES=" << way;
       // One AllGather out of place, counted: a launch a rank, or a copy per rank and output.
       const long long copies = fakeCount("copies"), launches = fakeCount("kernel_launches");
       if (copies < 0 || std::string(way) == "auto") continue;
-      err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
         const size_t count = 4096;
         DevBuf in(count * 4), out(count * 4 * static_cast<size_t>(n));
         if (!in.ok() || !out.ok()) return "cuMemAlloc failed";
