@@ -2,9 +2,12 @@
 #include "transports/shm/shared_alloc.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "loom/loom.h"
@@ -112,6 +115,50 @@ TEST(SharedAlloc, AnotherProcessMapsReadsAndWrites) {
   EXPECT_EQ(p[4096], 0x44);
   EXPECT_EQ(p[4097], 0x33);
   EXPECT_TRUE(sharedFree(p).isOk());
+}
+
+// Whether the page of this process at address p is mapped (present in its page table).
+bool pagePresent(const void* p) {
+  FILE* f = std::fopen("/proc/self/pagemap", "rb");
+  if (!f) return false;
+  uint64_t entry = 0;
+  const long page = sysconf(_SC_PAGESIZE);
+  const bool ok =
+      std::fseek(f, static_cast<long>(reinterpret_cast<uintptr_t>(p) / page * 8), SEEK_SET) == 0 &&
+      std::fread(&entry, sizeof(entry), 1, f) == 1;
+  std::fclose(f);
+  return ok && (entry >> 63) != 0;
+}
+
+// A peer's buffer is mapped with the page tables of the range a call asks for filled (in 2 MiB
+// chunks), so the call does not fault once per page; the rest of a large allocation stays
+// untouched.
+TEST(SharedAlloc, AMappedRangeIsPopulatedAndTheRestIsNot) {
+#ifndef MADV_POPULATE_WRITE
+  GTEST_SKIP() << "these headers have no MADV_POPULATE_WRITE (Linux 5.14)";
+#else
+  void* probe = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  const bool kernelHasIt = madvise(probe, 4096, MADV_POPULATE_WRITE) == 0;
+  munmap(probe, 4096);
+  if (!kernelHasIt) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux 5.14)";
+  const size_t mib = size_t(1) << 20;
+  Result<void*> a = sharedAlloc(16 * mib);
+  ASSERT_TRUE(a.isOk());
+  SharedRef ref;
+  ASSERT_TRUE(findShared(a.value(), 16 * mib, &ref));
+  {
+    PeerMappings maps;  // this process's own allocation, mapped as a peer's would be
+    Result<const char*> m = maps.map(getpid(), ref.fd, ref.serial, 5 * mib, mib);
+    ASSERT_TRUE(m.isOk()) << m.status().message();
+    const char* base = m.value() - 5 * mib;
+    // The chunk [4 MiB, 6 MiB) holds the range: every page of it is there.
+    for (size_t off = 4 * mib; off < 6 * mib; off += 4096)
+      ASSERT_TRUE(pagePresent(base + off)) << "page at " << off << " not populated";
+    EXPECT_FALSE(pagePresent(base + 10 * mib)) << "populated beyond what the call asked for";
+  }
+  EXPECT_TRUE(sharedFree(a.value()).isOk());
+#endif
 }
 
 }  // namespace

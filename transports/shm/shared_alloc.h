@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "src/core/status.h"
 
@@ -71,7 +72,10 @@ class PeerMappings {
     char* base = nullptr;
     size_t size = 0;
     uint64_t lastUse = 0;
+    std::vector<bool> populated;  // per kPopulateChunk of the mapping: page tables filled
   };
+  // Fills the page tables of [offset, offset + bytes) of m, a chunk at a time, each once.
+  static void populate(Mapping& m, size_t offset, size_t bytes);
   void evictOne();
   std::map<std::pair<pid_t, uint64_t>, Mapping> maps_;
   uint64_t clock_ = 0;
