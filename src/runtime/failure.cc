@@ -39,6 +39,9 @@ void FailureState::report(int rank, const Status& st) {
 }
 
 Status FailureState::pollRemote() {
+  // Once an abort has begun, what the bootstrap says next (peers closing on it, as it closed on
+  // them) is the abort's doing: the call ends as aborted, not with a peer's failure.
+  if (aborted()) return LOOM_ERROR(kAborted, "communicator aborted (loomCommAbort)");
   if (!bootstrap_) return Status();
   int64_t now = nowNs();
   if (now - lastPoll_ < 10 * 1000000) return Status();

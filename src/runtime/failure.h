@@ -37,7 +37,7 @@ class FailureState {
   // connection with this one) that this rank failed with st.
   void report(int rank, const Status& st);
   // A failure another rank reported (or a ring neighbour's death), checked at most every 10 ms
-  // (never blocks).
+  // (never blocks). After requestAbort: loomAborted (what peers do next is the abort's doing).
   Status pollRemote();
   // Waits up to ms for the failure report of a rank whose connection just closed: a rank that
   // fails reports why over the ring before it closes its data connections, but the close can
