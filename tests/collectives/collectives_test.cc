@@ -377,22 +377,23 @@ TEST_P(MixedTransports, TwoHostsOfTwoProcesses) {
 INSTANTIATE_TEST_SUITE_P(Colls, MixedTransports, ::testing::ValuesIn(allColls()),
                          [](const auto& p) { return std::string(collName(p.param)); });
 
-// Large messages: many pieces, every collective, over a few rank counts.
-void runLargeMessages() {
+// Large messages: many pieces (f32Count float32 sums, bf16Count bfloat16 maxima), every
+// collective, over a few rank counts.
+void runLargeMessages(size_t f32Count, size_t bf16Count) {
   for (int n : {2, 3}) {
     ThreadRanks& tr = ranksOf(n);
     ASSERT_TRUE(tr.ok()) << tr.error();
     std::vector<Case> cases;
     for (Coll c : allColls())
       for (bool inPlace : {false, true}) {
-        cases.push_back({c, loomFloat32, loomSum, (size_t(1) << 20) + 3, inPlace, n - 1});
-        cases.push_back({c, loomBfloat16, loomMax, (size_t(1) << 19) + 1, inPlace, 0});
+        cases.push_back({c, loomFloat32, loomSum, f32Count, inPlace, n - 1});
+        cases.push_back({c, loomBfloat16, loomMax, bf16Count, inPlace, 0});
       }
     EXPECT_EQ(runMatrix(tr, cases), "") << n << " ranks";
   }
 }
 
-TEST(Collectives, LargeMessages) { runLargeMessages(); }
+TEST(Collectives, LargeMessages) { runLargeMessages((size_t(1) << 20) + 3, (size_t(1) << 19) + 1); }
 
 // The same with every result stored around the caches (LOOM_NT_MIN=1: as calls larger than the
 // last-level cache are): the receives, local copies and reductions and the one pass take their
@@ -402,7 +403,7 @@ TEST(Collectives, LargeMessagesStoredAroundTheCaches) {
     ~Restore() { setParam("LOOM_NT_MIN", nullptr); }
   } restore;
   setParam("LOOM_NT_MIN", "1");
-  runLargeMessages();
+  runLargeMessages((size_t(1) << 18) + 3, (size_t(1) << 17) + 1);  // 2 pieces of 512K and more
 }
 
 // ---- Bad input ---------------------------------------------------------------------------------
