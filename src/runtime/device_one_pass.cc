@@ -93,7 +93,7 @@ OnePassCopies DeviceOnePass::copiesFor(const OpArgs& op, bool sameGpu) {
   // The speeds that price kernels against the copy engines: measured once per device and process
   // (a few milliseconds of copies and kernels on the device, on a stream of their own), at the
   // first one pass that needs them; none where LOOM_DEVICE_ONE_PASS_COPIES names the way.
-  if (!speedsTried_ && asciiLower(params::kDeviceOnePassCopies.str()) == "auto") {
+  if (!speedsTried_ && params::kDeviceOnePassCopies.str() == "auto") {
     speedsTried_ = true;
     Result<device::DeviceSpeeds> sp = device::currentDeviceSpeeds();
     if (sp.isOk())

@@ -169,9 +169,10 @@ double topologyPeerBytesPerSec(const topo::Graph& graph, const std::vector<std::
 }
 
 OnePassCopies chooseOnePassCopies(double kernelsSec, double enginesSec) {
+  // str() spells a valid choice as the choices do, whatever case the environment used.
   const std::string forced = params::kDeviceOnePassCopies.str();
-  if (asciiLower(forced) == "kernels") return OnePassCopies::kKernels;
-  if (asciiLower(forced) == "engines") return OnePassCopies::kEngines;
+  if (forced == "kernels") return OnePassCopies::kKernels;
+  if (forced == "engines") return OnePassCopies::kEngines;
   if (kernelsSec >= 0 && (enginesSec < 0 || kernelsSec < enginesSec))
     return OnePassCopies::kKernels;
   return OnePassCopies::kEngines;

@@ -373,9 +373,6 @@ class ShmBackend : public Backend {
   std::unique_ptr<shm::HostGroup> parent_, child_;  // the ends of a link with a peer process
 };
 
-// One message of `size` bytes with `tag` into a buffer of `capacity` (a frame smaller than its
-// buffer is fine): sizes, content and the bytes past the buffer checked. Posts retry while the
-// transport answers "not now".
 // A raw TCP client of a listener at addr, playing a stranger.
 inline Fd strangerConnect(const SockAddr& addr) {
   auto fd = connectWithRetry(addr, Deadline(10000));
@@ -394,6 +391,9 @@ inline std::string localName(const Fd& fd) {
   return a.toString();
 }
 
+// One message of `size` bytes with `tag` into a buffer of `capacity` (a frame smaller than its
+// buffer is fine): sizes, content and the bytes past the buffer checked. Posts retry while the
+// transport answers "not now".
 inline void roundTrip(const Link& l, size_t size, size_t capacity, int tag, uint64_t seed) {
   constexpr unsigned char kGuard = 0xab;
   constexpr size_t kGuardBytes = 4096;
