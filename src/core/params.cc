@@ -158,8 +158,9 @@ const Param kNtMin{"LOOM_NT_MIN",
                    "0",
                    "Calls whose buffers on a host (every local rank's input and output together) "
                    "exceed this many bytes write their results with non-temporal stores, around "
-                   "the caches (no read of each destination line before it is written); 0: the "
-                   "size of the last-level cache (32M where unknown)",
+                   "the caches (no read of each destination line before it is written); 0: a "
+                   "model of the caches decides (outputs no recent call wrote, or buffers above "
+                   "a quarter of the last-level cache, stream)",
                    0,
                    kHugeBytes};
 const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",

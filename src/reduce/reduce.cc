@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <string>
 
 #if defined(__SSE2__)
@@ -148,25 +149,36 @@ void storeFence() {}
 // Bytes before dst reaches a 16-byte boundary.
 size_t headToAlign(const void* dst) { return (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16; }
 
-// The largest cache cpu0 has, from sysfs (what this machine, or this VM, shares among its cores;
-// glibc's sysconf reports the whole socket's L3 on some VMs); 32 MiB where it says nothing.
-size_t lastLevelCacheBytes() {
-  size_t best = 0;
+// The caches cpu0 has, from sysfs (what this machine, or this VM, says; glibc's sysconf reports
+// the whole socket's L3 on some VMs): the largest (32 MiB where sysfs says nothing) and the
+// level-2 one (1 MiB where unknown).
+struct CacheSizes {
+  size_t lastLevel = 0, level2 = 0;
+};
+size_t readSize(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  char unit = 0;
+  int got = std::fscanf(f, "%llu%c", &v, &unit);
+  std::fclose(f);
+  if (got < 1) return 0;
+  size_t bytes = static_cast<size_t>(v);
+  if (got == 2 && (unit == 'K' || unit == 'k')) bytes <<= 10;
+  if (got == 2 && unit == 'M') bytes <<= 20;
+  return bytes;
+}
+CacheSizes cacheSizes() {
+  CacheSizes c;
   for (int i = 0; i < 8; ++i) {
     std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::FILE* f = std::fopen((dir + "size").c_str(), "r");
-    if (!f) continue;
-    unsigned long long v = 0;
-    char unit = 0;
-    int got = std::fscanf(f, "%llu%c", &v, &unit);
-    std::fclose(f);
-    if (got < 1) continue;
-    size_t bytes = static_cast<size_t>(v);
-    if (got == 2 && (unit == 'K' || unit == 'k')) bytes <<= 10;
-    if (got == 2 && unit == 'M') bytes <<= 20;
-    best = std::max(best, bytes);
+    const size_t bytes = readSize(dir + "size");
+    c.lastLevel = std::max(c.lastLevel, bytes);
+    if (readSize(dir + "level") == 2) c.level2 = std::max(c.level2, bytes);
   }
-  return best > 0 ? best : size_t(32) << 20;
+  if (c.lastLevel == 0) c.lastLevel = size_t(32) << 20;
+  if (c.level2 == 0) c.level2 = size_t(1) << 20;
+  return c;
 }
 
 }  // namespace
@@ -188,11 +200,52 @@ void copyStreaming(void* dst, const void* src, size_t bytes) {
   storeFence();
 }
 
-bool streamingStoresFor(size_t hostBytes) {
+CacheModel::CacheModel(size_t lastLevelBytes, size_t privateBytes)
+    : share_(lastLevelBytes / 4), private_(privateBytes) {}
+
+bool CacheModel::cached(const ByteRange& r) const {
+  const auto b = reinterpret_cast<uintptr_t>(r.base);
+  for (const Entry& e : recent_)
+    if (e.bytes && e.base <= b && b + r.bytes <= e.base + e.bytes && clock_ - e.stamp <= share_)
+      return true;
+  return false;
+}
+
+bool CacheModel::streamingFor(size_t hostBytes, int localRanks, const ByteRange* written,
+                              size_t nWritten) {
+  bool warm = nWritten > 0;
+  for (size_t i = 0; i < nWritten; ++i) warm = warm && cached(written[i]);
+  const uint64_t start = clock_;
+  clock_ += hostBytes;
+  for (size_t i = 0; i < nWritten; ++i) {
+    if (!written[i].base || !written[i].bytes) continue;
+    // The entry of the same range, else the oldest.
+    Entry* slot = &recent_[0];
+    for (Entry& e : recent_) {
+      if (e.base == reinterpret_cast<uintptr_t>(written[i].base) && e.bytes == written[i].bytes) {
+        slot = &e;
+        break;
+      }
+      if (e.stamp < slot->stamp) slot = &e;
+    }
+    *slot = Entry{reinterpret_cast<uintptr_t>(written[i].base), written[i].bytes, start};
+  }
+  if (hostBytes < private_ * static_cast<size_t>(std::max(localRanks, 1))) return false;
+  return !warm || hostBytes > share_;
+}
+
+bool streamingStoresFor(size_t hostBytes, int localRanks, const ByteRange* written,
+                        size_t nWritten) {
   if (!kHaveStreamingStores) return false;
-  static const size_t lastLevel = lastLevelCacheBytes();
   const int64_t set = params::kNtMin.asInt();
-  return hostBytes > (set > 0 ? static_cast<size_t>(set) : lastLevel);
+  if (set > 0) return hostBytes > static_cast<size_t>(set);
+  static std::mutex mu;
+  static CacheModel model = [] {
+    const CacheSizes c = cacheSizes();
+    return CacheModel(c.lastLevel, c.level2);
+  }();
+  std::lock_guard<std::mutex> lock(mu);
+  return model.streamingFor(hostBytes, localRanks, written, nWritten);
 }
 
 void reduceBuffersStreaming(void* dst, const void* a, const void* b, size_t count,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "loom/loom.h"
 
@@ -23,10 +24,47 @@ void reduceBuffers(void* dst, const void* a, const void* b, size_t count, loomDa
 void reduceBuffersStreaming(void* dst, const void* a, const void* b, size_t count,
                             loomDataType_t dt, loomRedOp_t op);
 void copyStreaming(void* dst, const void* src, size_t bytes);
-// Whether a call whose buffers on this host total hostBytes (every local rank's input and output)
-// writes its results with the streaming forms: above LOOM_NT_MIN, or above the last-level cache
-// when that is 0 (nothing it writes would stay cached until it is read).
-bool streamingStoresFor(size_t hostBytes);
+// Which stores a call's results take: the streaming forms where its outputs are not in the caches
+// anyway, so that ordinary stores would first read each destination line from memory.
+struct ByteRange {
+  const void* base = nullptr;
+  size_t bytes = 0;
+};
+// A model of what the caches hold, from where recent calls wrote: a call that writes where one of
+// the last calls wrote, with less traffic since that call started than a share of the last-level
+// cache, finds its lines there (a benchmark that reuses one buffer, a training step's fixed buckets); one that
+// writes elsewhere (nccl-tests' sweep, each iteration at the next offset; a fresh allocation) does
+// not. Streaming is chosen where:
+//  - the call's buffers are at least its ranks' private caches (localRanks x L2): a smaller result
+//    is better left cached for whoever reads it next, and
+//  - its outputs are not cached (as above), or its buffers exceed the last-level cache's share.
+// The share is a quarter of the last-level cache: sysfs reports the whole socket's on some VMs,
+// which other tenants use too (measured on one: a buffer reused every 64 MiB of traffic still
+// cached, every 256 MiB not, with 480 MiB reported). Not thread-safe: streamingStoresFor guards the
+// process's instance.
+class CacheModel {
+ public:
+  CacheModel(size_t lastLevelBytes, size_t privateBytes);
+  // hostBytes: every local rank's input and output together (the caches are the host's);
+  // written: this rank's outputs. Records them, and the traffic, for later calls.
+  bool streamingFor(size_t hostBytes, int localRanks, const ByteRange* written, size_t nWritten);
+  size_t shareBytes() const { return share_; }
+
+ private:
+  struct Entry {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    uint64_t stamp = 0;  // the traffic clock when the call that wrote it started
+  };
+  bool cached(const ByteRange& r) const;
+  size_t share_, private_;
+  uint64_t clock_ = 0;  // bytes of calls' buffers so far
+  Entry recent_[16];
+};
+// The process's model over this machine's caches (sysfs), or where LOOM_NT_MIN is set, its plain
+// size rule: hostBytes above it.
+bool streamingStoresFor(size_t hostBytes, int localRanks, const ByteRange* written,
+                        size_t nWritten);
 
 // data[i] /= nranks, after a sum, to finish loomAvg. Integers truncate toward zero (as NCCL).
 void finishAverage(void* data, size_t count, loomDataType_t dt, int nranks);

@@ -173,8 +173,8 @@ struct Run {
   // Its buffers are CUDA device memory (a schedule over GPUDirect RDMA): local copies and
   // reductions run on the device (DeviceOps), its scratch and staging are device memory.
   bool device = false;
-  // Its results are stored around the caches (streamingStoresFor: the group's buffers on this
-  // host exceed them): local copies and reductions, and the receives it posts.
+  // Its results are stored around the caches (streamingStoresFor: the group's outputs are not
+  // cached, or its buffers exceed the caches): local copies and reductions, and its receives.
   bool streaming = false;
 
   char* ptr(const BufRef& r) const { return base[static_cast<int>(r.buf)] + r.offset * elemSize; }
@@ -332,13 +332,19 @@ class Executor {
             rangesOverlap(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
           r.blockers.push_back(&s);
     }
-    // The whole group's buffers on this host decide, so every local rank decides alike.
+    // The whole group's buffers on this host and this rank's outputs decide: in a program whose
+    // ranks make the same calls every local rank decides alike (a rank that does not only stores
+    // differently).
     size_t hostBytes = 0;
+    int localRanks = 1;
+    std::vector<ByteRange> written;
     for (const auto& r : runs_) {
       const CollCounts c = collCounts(r.args.coll, r.args.count, r.comm->nranks());
       hostBytes += (c.input + c.output) * r.elemSize * static_cast<size_t>(r.comm->localRanks());
+      localRanks = std::max(localRanks, r.comm->localRanks());
+      if (!r.device && r.args.recvbuff) written.push_back({r.args.recvbuff, c.output * r.elemSize});
     }
-    const bool streaming = streamingStoresFor(hostBytes);
+    const bool streaming = streamingStoresFor(hostBytes, localRanks, written.data(), written.size());
     for (auto& r : runs_) r.streaming = streaming && !r.device;
     // Host runs share the communicator's host scratch, device runs its runner's device scratch.
     std::vector<size_t> devNeed(commRuns_.size(), 0);

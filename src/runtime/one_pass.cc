@@ -154,8 +154,10 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   // Where the call's buffers exceed the caches, the result accumulates in the tile instead and
   // goes to every output around the caches; not in place, where the outputs were just read.
   const Layout lay = layoutOf(op, me, n);
+  const ByteRange mine{outs[me].ptr, lay.usesOut ? lay.outBytes : 0};
   const bool streaming =
-      !op.inPlace && streamingStoresFor((lay.inBytes + lay.outBytes) * static_cast<size_t>(n));
+      !op.inPlace &&
+      streamingStoresFor((lay.inBytes + lay.outBytes) * static_cast<size_t>(n), n, &mine, 1);
   const bool accInOut = (!op.inPlace || n == 2) && !streaming;
   auto writeOut = [&](const PeerBuf& b, size_t off, const char* src, size_t bytes) {
     return writeTo(b, off, src, bytes, streaming);

@@ -422,14 +422,68 @@ TEST(ReduceStreaming, LargeCallsStreamAboveTheThreshold) {
   } restore;
   setenv("LOOM_NT_MIN", "1M", 1);
   reloadParams();
-  EXPECT_FALSE(streamingStoresFor(size_t(1) << 20));
-  EXPECT_TRUE(streamingStoresFor((size_t(1) << 20) + 1));
-  // 0: the last-level cache, which is more than a byte and less than a TiB on any machine.
+  EXPECT_FALSE(streamingStoresFor(size_t(1) << 20, 2, nullptr, 0));
+  EXPECT_TRUE(streamingStoresFor((size_t(1) << 20) + 1, 2, nullptr, 0));
+  // 0: the model over this machine's caches, which hold more than a byte and less than a TiB.
   setenv("LOOM_NT_MIN", "0", 1);
   reloadParams();
-  EXPECT_FALSE(streamingStoresFor(1));
-  EXPECT_TRUE(streamingStoresFor(size_t(1) << 40));
+  EXPECT_FALSE(streamingStoresFor(1, 2, nullptr, 0));
+  EXPECT_TRUE(streamingStoresFor(size_t(1) << 40, 2, nullptr, 0));
 #endif
+}
+
+// Ranges the model only compares, never dereferences.
+ByteRange at(uintptr_t mib, size_t bytes) {
+  return ByteRange{reinterpret_cast<const void*>((mib + 1) << 20), bytes};
+}
+
+TEST(CacheModelTest, ASweepStreamsAndAReusedBufferDoesNot) {
+  constexpr size_t M = size_t(1) << 20;
+  // 480 MiB last level (a share of 120 MiB), 2 MiB of L2 per core, two ranks.
+  CacheModel sweep(480 * M, 2 * M), reuse(480 * M, 2 * M);
+  for (uintptr_t i = 0; i < 20; ++i) {
+    // nccl-tests' sweep at 1 MiB: each iteration writes the next MiB of a 64 MiB buffer.
+    ByteRange next = at(i % 64, M);
+    EXPECT_TRUE(sweep.streamingFor(4 * M, 2, &next, 1)) << "iteration " << i;
+    // The same size on one buffer: cold the first time only.
+    ByteRange same = at(0, M);
+    EXPECT_EQ(reuse.streamingFor(4 * M, 2, &same, 1), i == 0) << "iteration " << i;
+  }
+  // A buffer larger than the share streams even when reused.
+  ByteRange big = at(1000, 64 * M);
+  EXPECT_TRUE(reuse.streamingFor(256 * M, 2, &big, 1));
+  EXPECT_TRUE(reuse.streamingFor(256 * M, 2, &big, 1));
+  // Below the ranks' private caches nothing streams, cold or not.
+  ByteRange small = at(2000, M / 4);
+  EXPECT_FALSE(reuse.streamingFor(M, 2, &small, 1));
+  EXPECT_FALSE(sweep.streamingFor(M, 2, &small, 1));
+}
+
+TEST(CacheModelTest, ABufferIsColdOnceTheShareHasBeenWrittenSince) {
+  constexpr size_t M = size_t(1) << 20;
+  CacheModel m(480 * M, 2 * M);
+  const ByteRange a = at(0, 8 * M), b = at(100, 8 * M);
+  EXPECT_TRUE(m.streamingFor(32 * M, 2, &a, 1));   // first use
+  EXPECT_FALSE(m.streamingFor(32 * M, 2, &a, 1));  // again at once: cached
+  // 3 calls of 32 MiB elsewhere: 128 MiB since a's call started, more than the 120 MiB share.
+  for (int i = 0; i < 3; ++i) m.streamingFor(32 * M, 2, &b, 1);
+  EXPECT_TRUE(m.streamingFor(32 * M, 2, &a, 1));
+  // 2 of them (96 MiB) leave it cached.
+  for (int i = 0; i < 2; ++i) m.streamingFor(32 * M, 2, &b, 1);
+  EXPECT_FALSE(m.streamingFor(32 * M, 2, &a, 1));
+  // A part of a recently written range is cached; a range reaching past it is not.
+  const ByteRange part{static_cast<const char*>(a.base) + M, M}, past{a.base, 9 * M};
+  EXPECT_FALSE(m.streamingFor(32 * M, 2, &part, 1));
+  EXPECT_TRUE(m.streamingFor(32 * M, 2, &past, 1));
+  // Several outputs (a group): cached only when every one is.
+  const ByteRange group[2] = {a, at(300, 8 * M)};
+  EXPECT_TRUE(m.streamingFor(32 * M, 2, group, 2));
+  EXPECT_FALSE(m.streamingFor(32 * M, 2, group, 2));
+  // A range written by a call larger than the share is not cached even at once.
+  const ByteRange huge = at(500, 64 * M);
+  EXPECT_TRUE(m.streamingFor(256 * M, 2, &huge, 1));
+  const ByteRange inHuge = at(500, 8 * M);
+  EXPECT_TRUE(m.streamingFor(32 * M, 2, &inHuge, 1));
 }
 
 using AverageParam = std::tuple<ReduceIsa, loomDataType_t>;
