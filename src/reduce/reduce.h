@@ -32,9 +32,9 @@ struct ByteRange {
 };
 // A model of what the caches hold, from where recent calls wrote: a call that writes where one of
 // the last calls wrote, with less traffic since that call started than a share of the last-level
-// cache, finds its lines there (a benchmark that reuses one buffer, a training step's fixed buckets); one that
-// writes elsewhere (nccl-tests' sweep, each iteration at the next offset; a fresh allocation) does
-// not. Streaming is chosen where:
+// cache, finds its lines there (a benchmark that reuses one buffer, a training step's fixed
+// buckets); one that writes elsewhere (nccl-tests' sweep, each iteration at the next offset; a
+// fresh allocation) does not. Streaming is chosen where:
 //  - the call's buffers are at least its ranks' private caches (localRanks x L2): a smaller result
 //    is better left cached for whoever reads it next, and
 //  - its outputs are not cached (as above), or its buffers exceed the last-level cache's share.

@@ -344,7 +344,8 @@ class Executor {
       localRanks = std::max(localRanks, r.comm->localRanks());
       if (!r.device && r.args.recvbuff) written.push_back({r.args.recvbuff, c.output * r.elemSize});
     }
-    const bool streaming = streamingStoresFor(hostBytes, localRanks, written.data(), written.size());
+    const bool streaming =
+        streamingStoresFor(hostBytes, localRanks, written.data(), written.size());
     for (auto& r : runs_) r.streaming = streaming && !r.device;
     // Host runs share the communicator's host scratch, device runs its runner's device scratch.
     std::vector<size_t> devNeed(commRuns_.size(), 0);
