@@ -279,10 +279,15 @@ const Param kCudaLib{"LOOM_CUDA_LIB", ParamType::kString, "",
                      "The CUDA driver library loaded at run time (empty: libcuda.so.1); the "
                      "tests name the emulated device, libloom-fakecuda.so"};
 const Param kDeviceOnePass{
-    "LOOM_DEVICE_ONE_PASS", ParamType::kBool, "1",
+    "LOOM_DEVICE_ONE_PASS",
+    ParamType::kInt,
+    "1",
     "Collectives on CUDA device memory whose ranks all share a host, on one GPU or on GPUs that "
     "reach each other peer to peer (LOOM_DEVICE_P2P), run in one pass over the peers' device "
-    "buffers (CUDA IPC between processes), without host staging; 0: staged"};
+    "buffers (CUDA IPC between processes), without host staging: 1 where the cost model prices it "
+    "no higher than staging on every rank, 2 wherever it can run; 0: staged",
+    0,
+    2};
 const Param kDeviceOnePassCopies{
     "LOOM_DEVICE_ONE_PASS_COPIES", "auto",
     "How the device one pass writes its peers' outputs: kernels (one launch stores a rank's result "

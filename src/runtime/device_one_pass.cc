@@ -76,7 +76,7 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
     bus_ = bus;
   }
   shm::HostGroup* g = comm->shm();
-  usable_ = params::kDeviceOnePass.asBool() && comm->nranks() >= 2 && comm->allLocal() && g &&
+  usable_ = params::kDeviceOnePass.asInt() != 0 && comm->nranks() >= 2 && comm->allLocal() && g &&
             g->area().options().llBytes >= sizeof(Handles) && gpuKey_ != 0;
   if (usable_) {
     // A rank whose kernels cannot load still takes part in the first round, saying it cannot.
@@ -89,24 +89,52 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
   }
 }
 
-OnePassCopies DeviceOnePass::copiesFor(const OpArgs& op, bool sameGpu) {
-  // The speeds that price kernels against the copy engines: measured once per device and process
-  // (a few milliseconds of copies and kernels on the device, on a stream of their own), at the
-  // first one pass that needs them; none where LOOM_DEVICE_ONE_PASS_COPIES names the way.
-  if (!speedsTried_ && params::kDeviceOnePassCopies.str() == "auto") {
+const device::DeviceSpeeds* DeviceOnePass::speeds() {
+  if (!speedsTried_) {
     speedsTried_ = true;
     Result<device::DeviceSpeeds> sp = device::currentDeviceSpeeds();
-    if (sp.isOk())
+    speedsOk_ = sp.isOk();
+    if (speedsOk_)
       speeds_ = sp.value();
     else
-      LOOM_INFO(kSubShm, "device one pass: no measured speeds ({}): copy engines",
+      LOOM_INFO(kSubShm, "device one pass: no measured speeds ({}): not priced, copy engines",
                 sp.status().message());
   }
+  return speedsOk_ ? &speeds_ : nullptr;
+}
+
+OnePassCopies DeviceOnePass::copiesFor(const OpArgs& op, bool sameGpu) {
   const int n = comm_->nranks();
   const CallShape call = shapeOf(op, n, false);
   auto price = sameGpu ? deviceOnePassSeconds : devicePeerOnePassSeconds;
-  return chooseOnePassCopies(price(call, n, speeds_, 0, OnePassCopies::kKernels),
-                             price(call, n, speeds_, 0, OnePassCopies::kEngines));
+  const device::DeviceSpeeds none;
+  const device::DeviceSpeeds& at = speeds() ? *speeds() : none;
+  return chooseOnePassCopies(price(call, n, at, 0, OnePassCopies::kKernels),
+                             price(call, n, at, 0, OnePassCopies::kEngines));
+}
+
+bool DeviceOnePass::plannedHere(const OpArgs& op) {
+  if (params::kDeviceOnePass.asInt() == 2) return true;
+  CallShape host = shapeOf(op, comm_->nranks(), false);
+  host.sendKind = host.recvKind = MemKind::kHost;  // what the staged path's host calls are
+  // Nothing to price (the rounds decide whether the ranks reach each other), nor speeds to measure.
+  if (onePassGpus(comm_, host) == 0) return true;
+  const device::DeviceSpeeds* sp = speeds();
+  if (!sp) return true;
+  Result<DevicePlan> plan = planDeviceCall(comm_, host, *sp);
+  if (!plan.isOk()) {
+    LOOM_INFO(kSubShm, "device one pass: not priced ({})", plan.status().message());
+    return true;
+  }
+  // Against staging as the runner stages (GPUDirect, where the plan has it, does not apply to the
+  // ranks of one host that the one pass serves).
+  const DevicePlan& p = plan.value();
+  const double staged = p.pipelinedSec >= 0 ? p.pipelinedSec : p.wholeSec;
+  if (p.onePassSec < 0 || staged < 0 || p.onePassSec <= staged) return true;
+  LOOM_INFO(kSubShm,
+            "{} of {} bytes: staging priced lower than the one pass ({:.1f} us < {:.1f} us)",
+            collName(op.coll), op.count * dataTypeSize(op.dtype), staged * 1e6, p.onePassSec * 1e6);
+  return false;
 }
 
 DeviceOnePass::~DeviceOnePass() {
@@ -242,6 +270,8 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
     can = can && describe(op.sendbuff, call.inDevice, &rec.inAddr, &rec.inOff, &mine.in);
   if (usesOut(me))
     can = can && describe(op.recvbuff, call.outDevice, &rec.outAddr, &rec.outOff, &mine.out);
+  // Last: pricing measures the device's speeds the first time.
+  can = can && plannedHere(op);
   rec.flags = can ? kCan : 0;
   auto failed = [&](Status st) {
     guard.end();  // first: a peer failing too waits for it (shm::HostGroup::setState)

@@ -86,6 +86,15 @@ class DeviceOnePass {
   bool reachPeers(const void* records, int n, uint32_t myPid);
   // How this rank writes the outputs of op (sameGpu: every rank on this GPU).
   OnePassCopies copiesFor(const OpArgs& op, bool sameGpu);
+  // The device's measured speeds (a few milliseconds of copies and kernels on the device, on a
+  // stream of their own, once per device and process, at the first one pass); null where they
+  // could not be measured.
+  const device::DeviceSpeeds* speeds();
+  // Whether this rank's plan (planDeviceCall, as --plan shows it) prices the one pass of op no
+  // higher than staging it as the runner would; yes where it cannot price. LOOM_DEVICE_ONE_PASS=2:
+  // yes. Every rank publishes its answer in the
+  // first round, and all stage unless every one says yes.
+  bool plannedHere(const OpArgs& op);
 
   Comm* comm_;
   int device_;
@@ -96,8 +105,8 @@ class DeviceOnePass {
   std::unique_ptr<topo::Paths> paths_;  // of this host's topology, made on first need
   bool usable_ = false;          // a shared host area whose exchange buffers hold the handles
   bool kernels_ = false;         // Loom's kernels load on this GPU
-  device::DeviceSpeeds speeds_;  // what prices kernels against the copy engines (copiesFor)
-  bool speedsTried_ = false;
+  device::DeviceSpeeds speeds_;  // speeds(), once measured
+  bool speedsTried_ = false, speedsOk_ = false;
   std::list<Mapping> maps_;  // most recent first; at most kMaxMappings
 };
 

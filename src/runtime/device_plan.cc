@@ -185,6 +185,21 @@ double stagedSeconds(double in, double out, int rows, double hostSec,
          rate(out, sp.toDeviceBytesPerSec) + r * sp.launchSec;
 }
 
+int onePassGpus(Comm* cm, const CallShape& call) {
+  // Where it can run: LOOM_DEVICE_ONE_PASS, ranks of this host only, a collective it takes; one
+  // GPU, or GPUs that reach each other (LOOM_DEVICE_P2P).
+  const int n = cm->nranks();
+  int gpus = 0;
+  const cuda::Driver& drv = cuda::cudaDriver();
+  if (drv.ok()) drv.api.cuDeviceGetCount(&gpus);
+  const bool onePass = params::kDeviceOnePass.asInt() != 0 && n >= 2 && cm->allLocal() &&
+                       n <= devk::kMaxReduceInputs &&
+                       !(call.coll == CollKind::kAllToAll && call.inPlace);
+  if (!onePass || gpus < 1) return 0;
+  if (gpus == 1 || (params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus)))) return gpus;
+  return 0;
+}
+
 Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device::DeviceSpeeds& sp) {
   DevicePlan p;
   const int n = cm->nranks();
@@ -217,18 +232,10 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
     p.pipelinedSec = ci + h + co + (k - 1) * std::max({ci, h, co});
   }
 
-  // The one pass, where it can run: LOOM_DEVICE_ONE_PASS, ranks of this host only, a collective
-  // it takes; one GPU, or GPUs that reach each other (LOOM_DEVICE_P2P; not priced without the
-  // measured speed between them).
-  int gpus = 0;
-  const cuda::Driver& drv = cuda::cudaDriver();
-  if (drv.ok()) drv.api.cuDeviceGetCount(&gpus);
+  const int gpus = onePassGpus(cm, call);
   const double alpha = cm->planner() ? cm->planner()->machine().intra.alphaSec : 0;
-  const bool onePass = params::kDeviceOnePass.asBool() && n >= 2 && cm->allLocal() &&
-                       n <= devk::kMaxReduceInputs &&
-                       !(call.coll == CollKind::kAllToAll && call.inPlace);
   auto price = gpus == 1 ? deviceOnePassSeconds : devicePeerOnePassSeconds;
-  if (onePass && (gpus == 1 || (params::kDeviceP2p.asBool() && peersReachAll(std::min(n, gpus))))) {
+  if (gpus > 0) {
     device::DeviceSpeeds at = sp;
     if (gpus > 1) {  // the links between the ranks' GPUs (one a rank: devices 0..n-1)
       const double topo = topologyPeerBytesPerSec(localTopology(), busIdsOf(std::min(n, gpus)));
@@ -249,16 +256,17 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
   if (p.gdrSec >= 0) {
     p.path = "device-gdr";
     p.seconds = p.gdrSec;
-  } else if (p.onePassSec >= 0) {
+    return p;
+  }
+  // Staged as the runner stages (in chunks wherever the call has several: LOOM_DEVICE_STAGE_CHUNK
+  // decides that, not the price), unless the one pass costs no more.
+  p.path = p.pipelinedSec >= 0 ? "device-pipelined" : "device-staged";
+  p.seconds = p.pipelinedSec >= 0 ? p.pipelinedSec : p.wholeSec;
+  const bool always = params::kDeviceOnePass.asInt() == 2;
+  if (p.onePassSec >= 0 && (always || !(p.seconds >= 0 && p.seconds < p.onePassSec))) {
     p.path = "device-one-pass";
     p.algorithm = "direct";
     p.seconds = p.onePassSec;
-  } else if (p.pipelinedSec >= 0) {
-    p.path = "device-pipelined";
-    p.seconds = p.pipelinedSec;
-  } else {
-    p.path = "device-staged";
-    p.seconds = p.wholeSec;
   }
   return p;
 }

@@ -54,7 +54,14 @@ struct DevicePlan {
   Decision host;             // the host decision for the whole call
 };
 
-// The plan of call (device buffers on every rank) on cm, priced with speeds.
+// The GPUs the plan prices the one pass of call among (1: one GPU; n: rank i on device i, which
+// reach each other peer to peer), or 0 where it does not: LOOM_DEVICE_ONE_PASS off, ranks of
+// several hosts, a collective it does not take, GPUs without peer to peer (LOOM_DEVICE_P2P).
+int onePassGpus(Comm* cm, const CallShape& call);
+
+// The plan of call (device buffers on every rank) on cm, priced with speeds: GPUDirect RDMA where
+// the communicator runs device schedules; else the one pass where it costs no more than staging
+// as the runner stages (or LOOM_DEVICE_ONE_PASS=2), else staged.
 Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call,
                                   const device::DeviceSpeeds& speeds);
 

@@ -427,7 +427,7 @@ TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
   if (!driverSymbol("loomtest_fakecuda_count"))
     GTEST_SKIP() << "needs the emulated device's counters; the driver is "
                  << cuda::cudaDriver().library;
-  for (const char* on : {"1", "0"}) {
+  for (const char* on : {"2", "0"}) {  // 2: wherever it can run, whatever the prices
     WorkerResult res = runWorkers(3, "devonepass", {{"LOOM_DEVICE_ONE_PASS", on}});
     for (int r = 0; r < 3; ++r)
       EXPECT_TRUE(res.exitedWith(r, 0))
@@ -473,8 +473,12 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
     GTEST_SKIP() << "needs two GPUs (ctest runs it with LOOMTEST_FAKECUDA_DEVICES=2); there are "
                  << gpus;
   struct Restore {
-    ~Restore() { setParam("LOOM_DEVICE_P2P", nullptr); }
+    ~Restore() {
+      setParam("LOOM_DEVICE_P2P", nullptr);
+      setParam("LOOM_DEVICE_ONE_PASS", nullptr);
+    }
   } restore;
+  setParam("LOOM_DEVICE_ONE_PASS", "2");  // wherever it can run, whatever the emulator's prices
   const size_t n = 10007;
   for (const char* p2p : {"1", "0"}) {
     setParam("LOOM_DEVICE_P2P", p2p);
@@ -494,8 +498,9 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
       }
     }
     // The same between processes, through IPC handles of another device.
-    WorkerResult res =
-        runWorkers(2, "devonepass", {{"LOOMTEST_RANK_DEVICES", "1"}, {"LOOM_DEVICE_P2P", p2p}});
+    WorkerResult res = runWorkers(
+        2, "devonepass",
+        {{"LOOMTEST_RANK_DEVICES", "1"}, {"LOOM_DEVICE_P2P", p2p}, {"LOOM_DEVICE_ONE_PASS", "2"}});
     for (int r = 0; r < 2; ++r)
       EXPECT_TRUE(res.exitedWith(r, 0))
           << "LOOM_DEVICE_P2P=" << p2p << " rank " << r << ": " << res.describe(r);
@@ -534,6 +539,10 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
 // in place and out of place.
 TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   SKIP_WITHOUT_CUDA();
+  setParam("LOOM_DEVICE_ONE_PASS", "2");  // wherever it can run, whatever the emulator's prices
+  struct Restore {
+    ~Restore() { setParam("LOOM_DEVICE_ONE_PASS", nullptr); }
+  } restore;
   const int nranks = 3;
   ThreadRanks tr(nranks);
   ASSERT_TRUE(tr.ok()) << tr.error();
@@ -621,9 +630,12 @@ TEST(DeviceCalls, OnePassWritesOutputsByKernelsOrCopyEngines) {
   SKIP_WITHOUT_CUDA();
   setParam("LOOMTEST_DEVICE", "1");
   setParam("LOOMTEST_STREAM", "1");
+  // Wherever it can run: forced to the engines, the emulator's one pass may price above staging.
+  setParam("LOOM_DEVICE_ONE_PASS", "2");
   struct Restore {
     ~Restore() {
-      for (const char* p : {"LOOM_DEVICE_ONE_PASS_COPIES", "LOOMTEST_DEVICE", "LOOMTEST_STREAM"})
+      for (const char* p : {"LOOM_DEVICE_ONE_PASS_COPIES", "LOOMTEST_DEVICE", "LOOMTEST_STREAM",
+                            "LOOM_DEVICE_ONE_PASS"})
         setParam(p, nullptr);
     }
   } restore;
@@ -667,6 +679,7 @@ TEST(DeviceCalls, PlanInfoDevicePricesTheDevicePaths) {
       setParam("LOOM_DEVICE_P2P", nullptr);
     }
   } restore;
+  setParam("LOOM_DEVICE_ONE_PASS", "2");  // where it can run (its price against staging: below)
   ThreadRanks tr(2);
   ASSERT_TRUE(tr.ok()) << tr.error();
   loomComm_t comm = tr.comm(0);
