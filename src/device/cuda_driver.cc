@@ -159,6 +159,7 @@ static_assert(kAttrStreamMemOps64 == CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_M
 static_assert(kAttrDmaBufSupported == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, "cuda.h");
 static_assert(kPointerAttrMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "cuda.h");
 static_assert(kPointerAttrDeviceOrdinal == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "cuda.h");
+static_assert(kPointerAttrBufferId == CU_POINTER_ATTRIBUTE_BUFFER_ID, "cuda.h");
 static_assert(kPointerAttrIsManaged == CU_POINTER_ATTRIBUTE_IS_MANAGED, "cuda.h");
 static_assert(kPointerAttrRangeStart == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "cuda.h");
 static_assert(kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE, "cuda.h");

@@ -95,6 +95,7 @@ constexpr int kAttrDmaBufSupported = 124;  // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPOR
 constexpr int kPointerAttrContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
 constexpr int kPointerAttrMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kPointerAttrDevicePointer = 3;  // CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+constexpr int kPointerAttrBufferId = 7;       // CU_POINTER_ATTRIBUTE_BUFFER_ID
 constexpr int kPointerAttrIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr int kPointerAttrDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr int kPointerAttrRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR

@@ -47,6 +47,15 @@ bool isGpuPointer(const void* data) {
          type == cuda::kMemoryTypeDevice;
 }
 
+uint64_t gpuBufferId(const void* data) {
+  const cuda::Driver& d = driver();
+  unsigned long long id = 0;  // NOLINT: the driver's type
+  if (!d.ok() || d.api.cuPointerGetAttribute(&id, cuda::kPointerAttrBufferId,
+                                             reinterpret_cast<CUdeviceptr>(data)) != cuda::kSuccess)
+    return 0;
+  return static_cast<uint64_t>(id);
+}
+
 std::string gpuPciPath(const void* data) {
   const cuda::Driver& d = driver();
   if (!d.ok()) return std::string();

@@ -40,6 +40,9 @@ Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintp
                  size_t* length);
 // Whether data points to GPU memory (false when there is no CUDA driver).
 bool isGpuPointer(const void* data);
+// The CUDA allocation holding data, by the id CUDA gives it (CU_POINTER_ATTRIBUTE_BUFFER_ID, never
+// reused within a process); 0 where unknown (no driver, not GPU memory, freed).
+uint64_t gpuBufferId(const void* data);
 // The sysfs path of the PCI device of the GPU owning data, or of CUDA device `ordinal` (empty when
 // unknown).
 std::string gpuPciPath(const void* data);

@@ -214,9 +214,13 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
                       "LOOM_NET_GDR_LEVEL ({}); stage through host memory",
                       name_, gpuPath.empty() ? "(unknown)" : gpuPath, dist, level);
   uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  const uint64_t id = gpuBufferId(data);
   std::lock_guard<std::mutex> lk(mrMu_);
+  trimIdleGpu();  // first: an idle registration of a freed allocation at this address goes
   for (auto& m : mrs_) {
-    if (m->gpu && m->begin <= p && p + size <= m->end) {
+    // The same allocation only: a range freed and allocated again while in use (the caller's
+    // error) is not shared with the new allocation.
+    if (m->gpu && m->begin <= p && p + size <= m->end && m->bufferId == id) {
       ++m->refs;
       return m.get();
     }
@@ -247,22 +251,50 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   m->mr = mr;
   m->refs = 1;
   m->gpu = true;
+  m->bufferId = id;
   mrs_.push_back(std::move(m));
   return mrs_.back().get();
+}
+
+void Device::dropMr(size_t i) {
+  if (api_->deregMr(mrs_[i]->mr) != 0)
+    LOOM_WARN("{}: ibv_dereg_mr failed: {}", name_, std::strerror(errno));
+  mrs_[i] = std::move(mrs_.back());
+  mrs_.pop_back();
+}
+
+void Device::trimIdleGpu() {
+  size_t idle = 0;
+  for (size_t i = 0; i < mrs_.size();) {
+    const CachedMr& m = *mrs_[i];
+    if (m.gpu && m.refs == 0 && gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId) {
+      dropMr(i);  // its allocation is gone
+      continue;
+    }
+    if (m.gpu && m.refs == 0) ++idle;
+    ++i;
+  }
+  for (; idle > kIdleGpuMrs; --idle) {
+    size_t oldest = mrs_.size();
+    for (size_t i = 0; i < mrs_.size(); ++i)
+      if (mrs_[i]->gpu && mrs_[i]->refs == 0 &&
+          (oldest == mrs_.size() || mrs_[i]->lastUse < mrs_[oldest]->lastUse))
+        oldest = i;
+    dropMr(oldest);
+  }
 }
 
 void Device::deregister(CachedMr* mr) {
   if (mr == nullptr) return;
   std::lock_guard<std::mutex> lk(mrMu_);
   if (--mr->refs > 0) return;
-  for (size_t i = 0; i < mrs_.size(); ++i) {
-    if (mrs_[i].get() != mr) continue;
-    if (api_->deregMr(mr->mr) != 0)
-      LOOM_WARN("{}: ibv_dereg_mr failed: {}", name_, std::strerror(errno));
-    mrs_[i] = std::move(mrs_.back());
-    mrs_.pop_back();
+  if (mr->gpu && mr->bufferId != 0) {  // kept, idle (regGpu)
+    mr->lastUse = ++idleClock_;
+    trimIdleGpu();
     return;
   }
+  for (size_t i = 0; i < mrs_.size(); ++i)
+    if (mrs_[i].get() == mr) return dropMr(i);
 }
 
 size_t Device::cachedRanges() const {

@@ -43,6 +43,8 @@ struct CachedMr {
   ibv_mr* mr = nullptr;
   int refs = 0;
   bool gpu = false;
+  uint64_t bufferId = 0;  // GPU: the allocation's (gpuBufferId); 0: unknown
+  uint64_t lastUse = 0;   // when it last became idle (GPU, kept registered)
 };
 
 class Device;
@@ -89,10 +91,15 @@ class Device {
   // registration pinned.
   Result<CachedMr*> regHost(const void* data, size_t size);
   // GPU memory through dma-buf or nvidia-peermem (whichever gdr() found); an error says why
-  // neither works.
+  // neither works. A GPU allocation's registration outlives its last user (a training loop sends
+  // from the same allocations every step; registering one costs far more than a message): kept
+  // idle, keyed by the allocation's buffer id, until that allocation is gone (checked at each
+  // registration: its range now holds another id, or none) or kIdleGpuMrs newer idle ones push it
+  // out. An allocation whose id is unknown is deregistered with its last user, as host memory is.
   Result<CachedMr*> regGpu(const void* data, size_t size);
   void deregister(CachedMr* mr);
   size_t cachedRanges() const;
+  static constexpr size_t kIdleGpuMrs = 16;
 
   // Connections register their queue pairs so that a queue-pair event fails the right one.
   void watchQp(uint32_t qpn, std::shared_ptr<Health> health);
@@ -117,8 +124,15 @@ class Device {
   GdrSupport gdr_;
   Health health_;
 
+  // Under mrMu_: deregisters mrs_[i] and removes it (the last entry takes its place).
+  void dropMr(size_t i);
+  // Under mrMu_: drops the idle GPU registrations whose allocation is gone, then the oldest idle
+  // ones beyond kIdleGpuMrs.
+  void trimIdleGpu();
+
   mutable std::mutex mrMu_;
   std::vector<std::unique_ptr<CachedMr>> mrs_;
+  uint64_t idleClock_ = 0;
 
   std::mutex qpMu_;
   std::unordered_map<uint32_t, std::shared_ptr<Health>> qps_;

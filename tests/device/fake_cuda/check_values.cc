@@ -16,7 +16,6 @@ static_assert(kErrorCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
 static_assert(kErrorUnknown == CUDA_ERROR_UNKNOWN, "cuda.h");
 static_assert(kCaptureStatusInvalidated == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "cuda.h");
 static_assert(kPointerAttrHostPointer == CU_POINTER_ATTRIBUTE_HOST_POINTER, "cuda.h");
-static_assert(kPointerAttrBufferId == CU_POINTER_ATTRIBUTE_BUFFER_ID, "cuda.h");
 static_assert(kPointerAttrIsLegacyIpcCapable == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
               "cuda.h");
 static_assert(kPointerAttrMapped == CU_POINTER_ATTRIBUTE_MAPPED, "cuda.h");

@@ -50,7 +50,6 @@ constexpr CUresult kErrorUnknown = 999;
 // Values beyond cuda_driver.h's (checked against cuda.h where it is installed: check_values.cc).
 constexpr int kCaptureStatusInvalidated = 2;        // CU_STREAM_CAPTURE_STATUS_INVALIDATED
 constexpr int kPointerAttrHostPointer = 4;          // CU_POINTER_ATTRIBUTE_HOST_POINTER
-constexpr int kPointerAttrBufferId = 7;             // CU_POINTER_ATTRIBUTE_BUFFER_ID
 constexpr int kPointerAttrIsLegacyIpcCapable = 10;  // ..._IS_LEGACY_CUDA_IPC_CAPABLE
 constexpr int kPointerAttrMapped = 13;              // CU_POINTER_ATTRIBUTE_MAPPED
 constexpr int kPointerAttrMappingSize = 18;         // CU_POINTER_ATTRIBUTE_MAPPING_SIZE

@@ -432,6 +432,49 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
   EXPECT_NE(st.message().find("LOOM_NET_GDR_LEVEL"), std::string::npos) << st.message();
 }
 
+// A GPU allocation's registration outlives its users (Device::regGpu): registered once however
+// many times it is registered and deregistered; dropped once the allocation is freed (even when
+// a new one lands at the same address: CUDA's buffer id tells them apart), and the oldest idle
+// ones beyond Device::kIdleGpuMrs. The emulated verbs device counts live registrations.
+TEST_P(IbTransportTest, GpuRegistrationsOutliveTheirUsersUntilTheAllocationIsFreed) {
+  if (!fake()) GTEST_SKIP() << "needs the emulated verbs and CUDA devices";
+  if (!ib::cudaDriverAvailable().isOk())
+    GTEST_SKIP() << "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): "
+                 << ib::cudaDriverAvailable().message();
+  auto regDereg = [&](void* p, size_t bytes) -> std::string {
+    void* m = nullptr;
+    Status st = t_->regMr(p_.send, p, bytes, net::kPtrCuda, &m);
+    if (!st.isOk()) return st.message();
+    st = t_->deregMr(p_.send, m);
+    return st.isOk() ? "" : st.message();
+  };
+  const int mrs = b_.count("mr");
+  uintptr_t firstBase = 0;
+  {
+    loomtest::DevBuf a(1 << 20);
+    ASSERT_TRUE(a.ok());
+    firstBase = reinterpret_cast<uintptr_t>(a.ptr(0));
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(regDereg(a.ptr(4096 * static_cast<size_t>(i)), 4096), "");
+    EXPECT_EQ(b_.count("mr"), mrs + 1) << "registered once, kept while idle";
+  }
+  // a is freed: the next registration drops its registration, wherever the new buffer lies.
+  loomtest::DevBuf b(1 << 20);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(regDereg(b.ptr(0), 4096), "");
+  EXPECT_EQ(b_.count("mr"), mrs + 1) << "the freed allocation's registration stayed"
+                                     << (reinterpret_cast<uintptr_t>(b.ptr(0)) == firstBase
+                                             ? " (the new one is at the same address)"
+                                             : "");
+  // More idle allocations than the cache keeps: the oldest go.
+  std::vector<std::unique_ptr<loomtest::DevBuf>> many;
+  for (size_t i = 0; i < ib::Device::kIdleGpuMrs + 4; ++i) {
+    many.push_back(std::make_unique<loomtest::DevBuf>(64 << 10));
+    ASSERT_TRUE(many.back()->ok());
+    ASSERT_EQ(regDereg(many.back()->ptr(0), 4096), "");
+  }
+  EXPECT_EQ(b_.count("mr"), mrs + static_cast<int>(ib::Device::kIdleGpuMrs));
+}
+
 TEST_P(IbTransportTest, DeviceFatalFailsRequestsWithTheEvent) {
   if (!fake()) GTEST_SKIP() << "needs the emulated device's failure control";
   ASSERT_EQ(fatal_("mlx5_0"), 0);
