@@ -9,14 +9,17 @@
 #   runtime_tests      dispatch and connection setup
 #   collectives_tests  the thread matrix, groups, split, bad input, the low-latency race and the
 #                      failure cases (a killed rank, abort, deadlines), over shared memory, then
-#                      sockets, then the emulated IB device
+#                      sockets, then the emulated IB device; then CUDA device buffers on the
+#                      emulated GPU (libloom-fakecuda.so, which runs without nvcc's kernels): the
+#                      device calls (streams, the one pass, staging, GPUDirect, faults, abort) and
+#                      the thread matrix on device buffers with streams (up to 5 ranks)
 # Any report fails the run (halt_on_error). Used by tools/test.sh (the CI); alone:
 #   tools/tsan_check.sh            # build and run
 #   FRESH=1 tools/tsan_check.sh    # from scratch
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-tsan}
-TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests)
+TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests loom_fakecuda)
 
 # -O1 -g1 as for the other sanitizers; no device kernels (nothing here runs them).
 BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="${TARGETS[*]}" "$ROOT/tools/build.sh" \
@@ -25,6 +28,7 @@ BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="${TARGETS[*]}" "$ROOT/tools/build.sh
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 B=$BUILD_DIR/tests
 FAKEVERBS=$B/transports/ib/libloom-fakeverbs.so
+FAKECUDA=$B/device/fake_cuda/libloom-fakecuda.so
 THREADS='Ranks/ThreadMatrix.*:*AllReduceAlgorithms*:Collectives.*:Group.*:Comm.*:Failure.*'
 LOGS=$BUILD_DIR/tsan-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
@@ -35,6 +39,8 @@ RUNS=(
   "collectives_shm||collectives/collectives_tests --gtest_filter=$THREADS:BadInput.*:LowLatencyRace.*"
   "collectives_sockets|LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*"
   "collectives_ib|LOOM_NET=ib LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*"
+  "device_calls|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_FAKECUDA_DEVICES=2|collectives/collectives_tests --gtest_filter=DeviceCalls.*"
+  "device_matrix|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1|collectives/collectives_tests --gtest_filter=Ranks/ThreadMatrix.*-*_8ranks"
   "bootstrap||bootstrap/bootstrap_tests"
   "runtime||runtime/runtime_tests"
 )
