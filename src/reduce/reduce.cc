@@ -213,9 +213,14 @@ bool CacheModel::cached(const ByteRange& r) const {
 
 bool CacheModel::streamingFor(size_t hostBytes, int localRanks, const ByteRange* written,
                               size_t nWritten) {
+  const uint64_t start = clock_;
+  // Below the private caches: never streamed, and not worth a place among the recent writes.
+  if (hostBytes < private_ * static_cast<size_t>(std::max(localRanks, 1))) {
+    clock_ += hostBytes;
+    return false;
+  }
   bool warm = nWritten > 0;
   for (size_t i = 0; i < nWritten; ++i) warm = warm && cached(written[i]);
-  const uint64_t start = clock_;
   clock_ += hostBytes;
   for (size_t i = 0; i < nWritten; ++i) {
     if (!written[i].base || !written[i].bytes) continue;
@@ -230,7 +235,6 @@ bool CacheModel::streamingFor(size_t hostBytes, int localRanks, const ByteRange*
     }
     *slot = Entry{reinterpret_cast<uintptr_t>(written[i].base), written[i].bytes, start};
   }
-  if (hostBytes < private_ * static_cast<size_t>(std::max(localRanks, 1))) return false;
   return !warm || hostBytes > share_;
 }
 

@@ -46,7 +46,8 @@ class CacheModel {
  public:
   CacheModel(size_t lastLevelBytes, size_t privateBytes);
   // hostBytes: every local rank's input and output together (the caches are the host's);
-  // written: this rank's outputs. Records them, and the traffic, for later calls.
+  // written: this rank's outputs. Records the traffic for later calls, and the outputs of calls
+  // that may stream (smaller ones never do, whatever they write).
   bool streamingFor(size_t hostBytes, int localRanks, const ByteRange* written, size_t nWritten);
   size_t shareBytes() const { return share_; }
 
