@@ -25,12 +25,28 @@ class RetiredWorkers {
     std::lock_guard<std::mutex> lk(mu_);
     joinFinished();
     list_.push_back({std::move(t), std::move(finished)});
+    // A stream destroyed after the exit-time reap (by another library's or a test's static
+    // destructor, which may run after ours) is joined here: nothing would join it later, and
+    // ThreadSanitizer reports a finished thread never joined.
+    if (reaped_) reapLocked();
   }
 
-  // Joins every worker, waiting at most 2 s in all for those still draining.
+  // Joins every worker, waiting at most 2 s in all for those still draining; from now on, each
+  // one as it is retired.
   void reapAll() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     std::lock_guard<std::mutex> lk(mu_);
+    reaped_ = true;
+    reapLocked();
+  }
+
+ private:
+  struct Worker {
+    std::thread t;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+
+  void reapLocked() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (auto& w : list_) {
       while (!w.finished->load(std::memory_order_acquire) &&
              std::chrono::steady_clock::now() < deadline)
@@ -42,12 +58,6 @@ class RetiredWorkers {
     }
     list_.clear();
   }
-
- private:
-  struct Worker {
-    std::thread t;
-    std::shared_ptr<std::atomic<bool>> finished;
-  };
 
   void joinFinished() {
     for (auto it = list_.begin(); it != list_.end();) {
@@ -62,6 +72,7 @@ class RetiredWorkers {
 
   std::mutex mu_;
   std::vector<Worker> list_;
+  bool reaped_ = false;  // the exit-time reap has run
 };
 
 RetiredWorkers& retiredWorkers() {
