@@ -1,8 +1,8 @@
 #!/bin/sh
 # The device plan prices the one pass between two GPUs with the links the host's topology gives
 # them: two emulated GPUs, planned without a topology file (the measured peer speed) and with one
-# that puts them behind a PCIe 1.0 x1 switch. The second one-pass price must be far higher, the
-# plan must stage there, and the ranks must stage too (they agree in the one pass's first round).
+# that puts them behind a PCIe 1.0 x1 switch. The second one-pass price must be the slow link's,
+# the plan must stage there, and the ranks must stage too (they agree in the one pass's first round).
 # On the measured links the one pass must run unless a rank priced staging lower (the emulated
 # GPU's speeds are the host's, and move with the machine's load: no margin is safe there).
 #   plan_topology_links.sh LOOM_PERF TOPOLOGY_XML   (LOOM_CUDA_LIB: the emulated device)
@@ -23,7 +23,10 @@ pb=$(echo "$b" | sed -n 's/.* one-pass \([0-9.]*\) .*/\1/p')
 echo "one pass of 16 MiB on two GPUs: ${pa:-?} us measured links, ${pb:-?} us with $xml"
 echo "plans: $a"
 echo "       $b"
-[ -n "$pa" ] && [ -n "$pb" ] && awk -v a="$pa" -v b="$pb" 'BEGIN { exit !(a > 0 && b > 10 * a) }'
+# The slow link bounds the price (16 MiB over PCIe 1.0 x1 takes more than 50 ms), never lowers it.
+# (Not a ratio to the measured links: the emulated GPU's speeds are the host's, and under the
+# sanitizers they fall to a few GB/s.)
+[ -n "$pa" ] && [ -n "$pb" ] && awk -v a="$pa" -v b="$pb" 'BEGIN { exit !(a > 0 && b >= a && b > 50000) }'
 echo "$b" | grep -q ' device-one-pass ' && { echo "FAIL: slow links: the one pass"; exit 1; }
 ra=$(LOOMTEST_FAKECUDA_DEVICES=2 ran)
 rb=$(LOOMTEST_FAKECUDA_DEVICES=2 LOOM_TOPO_FILE=$xml ran)
