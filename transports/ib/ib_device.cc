@@ -216,7 +216,6 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   uintptr_t p = reinterpret_cast<uintptr_t>(data);
   const uint64_t id = gpuBufferId(data);
   std::lock_guard<std::mutex> lk(mrMu_);
-  trimIdleGpu();  // first: an idle registration of a freed allocation at this address goes
   for (auto& m : mrs_) {
     // The same allocation only: a range freed and allocated again while in use (the caller's
     // error) is not shared with the new allocation.
@@ -225,6 +224,7 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
       return m.get();
     }
   }
+  dropFreedIdleGpu();  // a new registration: first the idle ones of allocations now gone
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ibv_mr* mr = nullptr;
   uintptr_t begin = p;
@@ -263,23 +263,25 @@ void Device::dropMr(size_t i) {
   mrs_.pop_back();
 }
 
-void Device::trimIdleGpu() {
-  size_t idle = 0;
+void Device::dropFreedIdleGpu() {
   for (size_t i = 0; i < mrs_.size();) {
     const CachedMr& m = *mrs_[i];
-    if (m.gpu && m.refs == 0 && gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId) {
+    if (m.gpu && m.refs == 0 && gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId)
       dropMr(i);  // its allocation is gone
-      continue;
-    }
-    if (m.gpu && m.refs == 0) ++idle;
-    ++i;
+    else
+      ++i;
   }
-  for (; idle > kIdleGpuMrs; --idle) {
-    size_t oldest = mrs_.size();
-    for (size_t i = 0; i < mrs_.size(); ++i)
-      if (mrs_[i]->gpu && mrs_[i]->refs == 0 &&
-          (oldest == mrs_.size() || mrs_[i]->lastUse < mrs_[oldest]->lastUse))
-        oldest = i;
+}
+
+void Device::capIdleGpu() {
+  for (;;) {
+    size_t idle = 0, oldest = mrs_.size();
+    for (size_t i = 0; i < mrs_.size(); ++i) {
+      if (!mrs_[i]->gpu || mrs_[i]->refs != 0) continue;
+      ++idle;
+      if (oldest == mrs_.size() || mrs_[i]->lastUse < mrs_[oldest]->lastUse) oldest = i;
+    }
+    if (idle <= kIdleGpuMrs) return;
     dropMr(oldest);
   }
 }
@@ -290,7 +292,7 @@ void Device::deregister(CachedMr* mr) {
   if (--mr->refs > 0) return;
   if (mr->gpu && mr->bufferId != 0) {  // kept, idle (regGpu)
     mr->lastUse = ++idleClock_;
-    trimIdleGpu();
+    capIdleGpu();  // no driver call here: this runs as each request completes
     return;
   }
   for (size_t i = 0; i < mrs_.size(); ++i)

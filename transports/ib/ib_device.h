@@ -93,9 +93,10 @@ class Device {
   // GPU memory through dma-buf or nvidia-peermem (whichever gdr() found); an error says why
   // neither works. A GPU allocation's registration outlives its last user (a training loop sends
   // from the same allocations every step; registering one costs far more than a message): kept
-  // idle, keyed by the allocation's buffer id, until that allocation is gone (checked at each
-  // registration: its range now holds another id, or none) or kIdleGpuMrs newer idle ones push it
-  // out. An allocation whose id is unknown is deregistered with its last user, as host memory is.
+  // idle, keyed by the allocation's buffer id, until that allocation is gone (checked before each
+  // new registration: its range now holds another id, or none) or kIdleGpuMrs newer idle ones push
+  // it out. An allocation whose id is unknown is deregistered with its last user, as host memory
+  // is.
   Result<CachedMr*> regGpu(const void* data, size_t size);
   void deregister(CachedMr* mr);
   size_t cachedRanges() const;
@@ -126,9 +127,11 @@ class Device {
 
   // Under mrMu_: deregisters mrs_[i] and removes it (the last entry takes its place).
   void dropMr(size_t i);
-  // Under mrMu_: drops the idle GPU registrations whose allocation is gone, then the oldest idle
-  // ones beyond kIdleGpuMrs.
-  void trimIdleGpu();
+  // Under mrMu_: drops the idle GPU registrations whose allocation is gone (one driver query
+  // each: only before a new registration, not on every message).
+  void dropFreedIdleGpu();
+  // Under mrMu_: drops the oldest idle GPU registrations beyond kIdleGpuMrs.
+  void capIdleGpu();
 
   mutable std::mutex mrMu_;
   std::vector<std::unique_ptr<CachedMr>> mrs_;
