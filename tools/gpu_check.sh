@@ -24,7 +24,8 @@
 # 7. tools/nccl_plugin_gpu_check.sh: real NCCL through libnccl-net-loom.so, with Loom's tuner
 #    found in the net plugin and then loaded as libnccl-tuner-loom.so (NCCL_TUNER_PLUGIN).
 # 8. compute-sanitizer (memcheck) on one small all_reduce, where it is installed.
-# (6b. loom_torch with CPU tensors, built against the machine's PyTorch: ops against gloo, DDP.)
+# (6b. loom_torch built against the machine's PyTorch: CUDA tensors (tests/torch/cuda_test.py),
+#     then CPU tensors: ops against gloo, DDP.)
 # A summary table at the end; exit status 1 when a step failed. Each step has its own time limit.
 # Every step's processes still running 10 s before the step's limit dump every thread's stack
 # (tests/tools/stackdump.cc, preloaded) into the logs' stacks/: a hang comes back with where each
@@ -181,19 +182,22 @@ for coll in all_gather reduce_scatter broadcast; do
   done
 done
 
-# ---- 6b. loom_torch (CPU tensors) against the machine's PyTorch --------------------------------------
-# Built here against this machine's torch (another version than CI's) and Loom of step 1; every
-# operation against gloo at 2 ranks, and DDP. CUDA tensors are not supported yet.
+# ---- 6b. loom_torch against the machine's PyTorch ------------------------------------------------------
+# Built here against this machine's torch (another version than CI's) and Loom of step 1: CUDA
+# tensors at 2 ranks on the one GPU (tests/torch/cuda_test.py: every operation, stream order,
+# async wait, DDP), then CPU tensors (every operation against gloo at 2 ranks, and DDP).
 if python3 -c "import torch" 2>/dev/null; then
   LOOM_FOR_TORCH=$ROOT/gpu-bundle
   [ -d "$LOOM_FOR_TORCH/include" ] || LOOM_FOR_TORCH=$ROOT/build-gpu
-  step torch-cpu 180 bash -c "cd '$ROOT/src/torch' && LOOM_HOME='$LOOM_FOR_TORCH' \
+  TORCH_ENV="PYTHONPATH=$LOGS/../python:. OMP_NUM_THREADS=1"
+  step torch-build 150 bash -c "cd '$ROOT/src/torch' && LOOM_HOME='$LOOM_FOR_TORCH' MAX_JOBS=4 \
       python3 setup.py -q build_ext --build-lib '$LOGS/../python' --build-temp '$LOGS/../torch-build' \
-      && cp loom_torch/__init__.py '$LOGS/../python/loom_torch/' && cd '$ROOT/tests/torch' \
-      && PYTHONPATH='$LOGS/../python':. OMP_NUM_THREADS=1 python3 ops_test.py --nprocs 2 \
-      && PYTHONPATH='$LOGS/../python':. OMP_NUM_THREADS=1 python3 ddp_test.py --nprocs 2 --steps 100"
+      && cp loom_torch/__init__.py '$LOGS/../python/loom_torch/'"
+  step torch-cuda 120 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 cuda_test.py --nprocs 2"
+  step torch-cpu 120 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 ops_test.py --nprocs 2 \
+      && env $TORCH_ENV python3 ddp_test.py --nprocs 2 --steps 100"
 else
-  note torch-cpu skip "python3 cannot import torch here"
+  note torch skip "python3 cannot import torch here"
 fi
 
 # ---- 7. NCCL through the plugin ------------------------------------------------------------------------

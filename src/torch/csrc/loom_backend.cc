@@ -2,6 +2,8 @@
 #include "loom_backend.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -60,10 +62,8 @@ enum class Use { kMove, kSumOrAvg, kOtherReduction };
 
 Buf buf(const at::Tensor& t, const char* op, Use use = Use::kMove) {
   TORCH_CHECK(t.defined(), "loom: ", op, ": an undefined tensor");
-  TORCH_CHECK(!t.is_cuda(), "loom: ", op,
-              ": CUDA tensors are not supported by this loom_torch yet (use CPU tensors, or "
-              "init_process_group(\"cpu:loom,cuda:nccl\"))");
-  TORCH_CHECK(t.device().is_cpu(), "loom: ", op, ": tensors must be on the CPU, not ", t.device());
+  TORCH_CHECK(t.device().is_cpu() || t.is_cuda(), "loom: ", op,
+              ": tensors must be on the CPU or a CUDA GPU, not ", t.device());
   TORCH_CHECK(!t.is_sparse(), "loom: ", op, ": sparse tensors are not supported");
   TORCH_CHECK(t.is_contiguous(), "loom: ", op,
               ": tensors must be contiguous (call .contiguous() first); got sizes ", t.sizes(),
@@ -243,11 +243,45 @@ std::vector<std::pair<size_t, size_t>> slices(const at::Tensor& t,
 
 // ---- LoomWork -------------------------------------------------------------------------------
 
-LoomWork::LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+void CommRef::throwIfFailed(const char* what) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (comm == nullptr) return;
+  loomResult_t async = loomSuccess;
+  if (loomCommGetAsyncError(comm, &async) != loomSuccess || async == loomSuccess) return;
+  C10_THROW_ERROR(DistBackendError, c10::str("loom: ", what, ": the communicator failed: ",
+                                             loomGetErrorString(async), ": ", loomGetLastError()));
+}
+
+LoomWork::LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+                   c10::Device device, std::shared_ptr<CommRef> comm)
     : c10d::Work(rank, type, title),
       outputs_(std::move(outputs)),
-      future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+      device_(device),
+      comm_(std::move(comm)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()),
+          device.is_cuda() ? std::vector<c10::Device>{device} : std::vector<c10::Device>{})) {}
+
+bool LoomWork::isCompleted() {
+  if (!c10d::Work::isCompleted()) return false;
+  return !done_ || done_->query();
+}
+
+void LoomWork::synchronize() {
+  if (!done_) return;
+  done_->block(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
+}
+
+bool LoomWork::wait(std::chrono::milliseconds timeout) {
+  const bool done = c10d::Work::wait(timeout);  // the host part (throws its failure)
+  synchronize();
+  if (device_.is_cuda()) comm_->throwIfFailed("wait");
+  return done;
+}
+
+void LoomWork::recordDone(const c10::Stream& stream) {
+  done_.emplace(stream.device_type());
+  done_->record(stream);
 }
 
 void LoomWork::complete(std::exception_ptr exception) {
@@ -281,6 +315,7 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   config.timeoutMs = ms <= 0 ? -1 : static_cast<int>(std::min<int64_t>(ms, INT_MAX));
   config.commName = "torch.distributed";
   check(loomCommInitRankConfig(&comm_, size, id, rank, &config), "loomCommInitRank");
+  ref_->comm = comm_;
   worker_ = std::thread([this] { run(); });
 }
 
@@ -314,6 +349,10 @@ void LoomBackend::stop(bool drain) {
     std::unique_lock<std::mutex> lk(mu_);  // a blocking call running on its caller's thread
     cv_.wait(lk, [&] { return !busy_; });
   }
+  {
+    std::lock_guard<std::mutex> lk(ref_->mu);  // Works outliving the backend ask no more
+    ref_->comm = nullptr;
+  }
   if (drain && comm_ != nullptr) loomCommDestroy(comm_);
   comm_ = nullptr;
   std::lock_guard<std::mutex> lk(mu_);
@@ -326,17 +365,57 @@ void LoomBackend::shutdown() { stop(true); }
 
 // ---- the queue and the worker -------------------------------------------------------------------
 
+c10::Device LoomBackend::opDevice(const std::vector<at::Tensor>& outputs,
+                                  const std::vector<at::Tensor>& inputs, const char* title) {
+  std::optional<c10::Device> dev;
+  for (const auto* list : {&outputs, &inputs})
+    for (const at::Tensor& t : *list) {
+      if (!t.defined()) continue;
+      const c10::Device d = t.is_cuda() ? t.device() : c10::Device(c10::kCPU);
+      TORCH_CHECK(!dev || *dev == d, "loom: ", title, ": tensors on ", *dev, " and ", d,
+                  " in one operation");
+      dev = d;
+    }
+  if (!dev || !dev->is_cuda()) return c10::Device(c10::kCPU);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!gpu_) gpu_ = *dev;
+  TORCH_CHECK(*gpu_ == *dev, "loom: ", title, ": tensors on ", *dev,
+              ", but this process group runs on ", *gpu_,
+              " (Loom's communicator drives one GPU, its first CUDA operation's: make one "
+              "process group per GPU)");
+  return *dev;
+}
+
+c10::Stream LoomBackend::sideStream() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!side_)
+    side_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(*gpu_);
+  return *side_;
+}
+
 c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const char* title,
-                                                    std::vector<at::Tensor> outputs, bool sync,
+                                                    std::vector<at::Tensor> outputs,
+                                                    std::vector<at::Tensor> inputs, bool sync,
                                                     std::function<void()> issue,
                                                     std::function<void()> finish) {
-  auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, std::move(outputs));
+  const c10::Device dev = opDevice(outputs, inputs, title);
+  auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, outputs, dev, ref_);
+  Op op{std::move(issue), std::move(finish), work, dev, nullptr, std::move(inputs)};
+  if (dev.is_cuda()) {
+    ref_->throwIfFailed(title);  // a failure on the stream since the last operation
+    // What the caller's stream holds now comes before the operation.
+    op.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+    op.ready->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(dev));
+    for (at::Tensor& t : outputs) op.tensors.push_back(std::move(t));
+  }
   std::vector<Op> batch;
-  batch.push_back(Op{std::move(issue), std::move(finish), work});
+  batch.push_back(std::move(op));
   {
     std::unique_lock<std::mutex> lk(mu_);
     TORCH_CHECK(!stopping_, "loom: ", title, ": the process group was shut down or aborted");
     if (coalescing_) {
+      TORCH_CHECK(coalesced_.empty() || coalesced_.front().device == dev, "loom: ", title,
+                  ": one coalesced region on ", coalesced_.front().device, " and ", dev);
       coalesced_.push_back(std::move(batch[0]));
       return work;
     }
@@ -378,7 +457,23 @@ void LoomBackend::runHeld(std::vector<Op>& batch) {
 
 void LoomBackend::runBatch(std::vector<Op>& ops) {
   std::exception_ptr error;
+  // CUDA: the backend's stream is current here (its copies and the Future's events go there)
+  // and every Loom call is enqueued on it.
+  std::optional<c10::StreamGuard> onStream;
+  std::optional<c10::Stream> side;
   try {
+    if (!ops.empty() && ops.front().device.is_cuda()) {
+      side = sideStream();
+      onStream.emplace(*side);
+      const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+      for (const Op& op : ops) {
+        if (op.ready) op.ready->block(*side);
+        for (const at::Tensor& t : op.tensors)
+          if (t.defined() && t.has_storage())
+            impl.recordDataPtrOnStream(t.storage().data_ptr(), *side);
+      }
+      stream_ = side->native_handle();
+    }
     size_t calls = 0;
     for (const Op& op : ops) calls += op.issue ? 1 : 0;
     if (calls == 1) {
@@ -392,9 +487,12 @@ void LoomBackend::runBatch(std::vector<Op>& ops) {
     }
     for (const Op& op : ops)
       if (op.finish) op.finish();
+    if (side)
+      for (const Op& op : ops) op.work->recordDone(*side);
   } catch (...) {
     error = std::current_exception();
   }
+  stream_ = nullptr;
   for (Op& op : ops) op.work->complete(error);
 }
 
@@ -416,9 +514,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
   std::vector<at::Tensor> outputs;
   for (const Op& op : batch)
     for (const at::Tensor& t : op.work->result()) outputs.push_back(t);
-  auto work =
-      c10::make_intrusive<LoomWork>(getRank(), c10d::OpType::COALESCED, "loom:coalesced", outputs);
-  batch.push_back(Op{nullptr, nullptr, work});  // completes with the batch
+  const c10::Device dev = batch.empty() ? c10::Device(c10::kCPU) : batch.front().device;
+  auto work = c10::make_intrusive<LoomWork>(getRank(), c10d::OpType::COALESCED, "loom:coalesced",
+                                            outputs, dev, ref_);
+  batch.push_back(Op{nullptr, nullptr, work, dev, nullptr, {}});  // completes with the batch
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!stopping_) {
@@ -447,9 +546,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::broadcast(std::vector<at::Tensor>& t
   const Buf b = buf(t, "broadcast");
   checkRank(opts.rootRank, getSize(), "broadcast", "root");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "loom:broadcast", {t}, !opts.asyncOp, [this, b, root] {
-    check(loomBroadcast(b.ptr, b.ptr, b.count, b.type, root, comm_, nullptr), "broadcast");
-  });
+  return enqueue(
+      c10d::OpType::BROADCAST, "loom:broadcast", {t}, {}, !opts.asyncOp, [this, b, root] {
+        check(loomBroadcast(b.ptr, b.ptr, b.count, b.type, root, comm_, stream_), "broadcast");
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -459,10 +559,11 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& t
   const at::Tensor t = single(tensors, "all_reduce");
   const Reduction red = reduction(opts.reduceOp, t, "all_reduce");
   const Buf b = buf(t, "all_reduce", red.use);
-  return enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", {t}, !opts.asyncOp, [this, b, red, t] {
-    red.prepare(t);
-    check(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr), "all_reduce");
-  });
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "loom:all_reduce", {t}, {}, !opts.asyncOp, [this, b, red, t] {
+        red.prepare(t);
+        check(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, stream_), "all_reduce");
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
@@ -473,12 +574,12 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
     Reduction red = reduction(opts.reduceOp, t, "allreduce_coalesced");
     calls.emplace_back(buf(t, "allreduce_coalesced", red.use), red);
   }
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "loom:allreduce_coalesced", tensors,
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "loom:allreduce_coalesced", tensors, {},
                  !opts.asyncOp, [this, calls, tensors] {
                    for (size_t i = 0; i < calls.size(); ++i) calls[i].second.prepare(tensors[i]);
                    Group g("allreduce_coalesced");
                    for (const auto& [b, red] : calls)
-                     g.add(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, nullptr));
+                     g.add(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, stream_));
                    g.end();
                  });
 }
@@ -490,10 +591,11 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce(std::vector<at::Tensor>& tens
   const Buf b = buf(t, "reduce", red.use);
   checkRank(opts.rootRank, getSize(), "reduce", "root");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::REDUCE, "loom:reduce", {t}, !opts.asyncOp, [this, b, red, t, root] {
-    red.prepare(t);
-    check(loomReduce(b.ptr, b.ptr, b.count, b.type, red.op, root, comm_, nullptr), "reduce");
-  });
+  return enqueue(
+      c10d::OpType::REDUCE, "loom:reduce", {t}, {}, !opts.asyncOp, [this, b, red, t, root] {
+        red.prepare(t);
+        check(loomReduce(b.ptr, b.ptr, b.count, b.type, red.op, root, comm_, stream_), "reduce");
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -524,7 +626,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
                 " ranks");
     for (const at::Tensor& o : outputLists[i]) {
       sameShape(o, in, "all_gather", "every output tensor");
-      TORCH_CHECK(!o.is_cuda() && o.device().is_cpu(), "loom: all_gather: outputs on ", o.device());
+      TORCH_CHECK(o.device() == in.device(), "loom: all_gather: an output on ", o.device(),
+                  ", the input on ", in.device());
       all.push_back(o);
     }
     Call c;
@@ -537,7 +640,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
     Group g("all_gather");
     for (const Call& c : calls) {
       const Buf f = buf(c.flat, "all_gather");
-      g.add(loomAllGather(c.in.ptr, f.ptr, c.in.count, c.in.type, comm_, nullptr));
+      g.add(loomAllGather(c.in.ptr, f.ptr, c.in.count, c.in.type, comm_, stream_));
     }
     g.end();
   };
@@ -548,7 +651,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
         c.outs[r].copy_(c.flat.narrow(0, r * each, each).view_as(c.outs[r]));
     }
   };
-  return enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", all, !opts.asyncOp, issue, finish);
+  std::vector<at::Tensor> used = inputs;
+  for (const Call& c : calls) used.push_back(c.flat);
+  return enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", all, std::move(used), !opts.asyncOp,
+                 issue, finish);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -566,11 +672,11 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
     calls.emplace_back(buf(inputs[i], "all_gather_into_tensor"),
                        buf(outputs[i], "all_gather_into_tensor"));
   }
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor", outputs,
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor", outputs, inputs,
                  !opts.asyncOp, [this, calls] {
                    Group g("all_gather_into_tensor");
                    for (const auto& [in, out] : calls)
-                     g.add(loomAllGather(in.ptr, out.ptr, in.count, in.type, comm_, nullptr));
+                     g.add(loomAllGather(in.ptr, out.ptr, in.count, in.type, comm_, stream_));
                    g.end();
                  });
 }
@@ -595,8 +701,8 @@ std::vector<at::Tensor> LoomBackend::rootList(const std::vector<std::vector<at::
 void LoomBackend::rootExchange(bool toRoot, const std::vector<at::Tensor>& list, const Buf& mine,
                                int root, const char* op) {
   auto move = [&](const Buf& b, int peer) {
-    return toRoot == (getRank() == root) ? loomRecv(b.ptr, b.count, b.type, peer, comm_, nullptr)
-                                         : loomSend(b.ptr, b.count, b.type, peer, comm_, nullptr);
+    return toRoot == (getRank() == root) ? loomRecv(b.ptr, b.count, b.type, peer, comm_, stream_)
+                                         : loomSend(b.ptr, b.count, b.type, peer, comm_, stream_);
   };
   Group g(op);
   if (getRank() == root) {
@@ -620,7 +726,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::gather(std::vector<std::vector<at::T
   auto finish = [outs, in, root] {
     if (!outs.empty()) outs[root].copy_(in.view_as(outs[root]));
   };
-  return enqueue(c10d::OpType::GATHER, "loom:gather", outs, !opts.asyncOp, issue, finish);
+  return enqueue(c10d::OpType::GATHER, "loom:gather", outs, {in}, !opts.asyncOp, issue, finish);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -635,7 +741,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& out
     if (!ins.empty()) out.copy_(ins[root].view_as(out));
     rootExchange(false, ins, o, root, "scatter");
   };
-  return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, !opts.asyncOp, issue);
+  return enqueue(c10d::OpType::SCATTER, "loom:scatter", {out}, ins, !opts.asyncOp, issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(
@@ -651,14 +757,14 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(
     sameShape(i, out, "reduce_scatter", "every input tensor");
     buf(i, "reduce_scatter", red.use);
   }
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", {out}, !opts.asyncOp,
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", {out}, ins, !opts.asyncOp,
                  [this, o, red, ins] {
                    std::vector<at::Tensor> flat;
                    for (const at::Tensor& i : ins) flat.push_back(i.reshape(-1));
                    at::Tensor all = at::cat(flat);
                    red.prepare(all);
                    const Buf a = buf(all, "reduce_scatter", red.use);
-                   check(loomReduceScatter(a.ptr, o.ptr, o.count, o.type, red.op, comm_, nullptr),
+                   check(loomReduceScatter(a.ptr, o.ptr, o.count, o.type, red.op, comm_, stream_),
                          "reduce_scatter");
                  });
 }
@@ -684,7 +790,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
     calls.push_back({buf(inputs[i], "reduce_scatter_tensor", red.use),
                      buf(outputs[i], "reduce_scatter_tensor", red.use), red, inputs[i]});
   }
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor", outputs,
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor", outputs, inputs,
                  !opts.asyncOp, [this, calls] {
                    // PREMUL_SUM: a scaled copy of the input (the caller's input is not written).
                    std::vector<at::Tensor> scaled;
@@ -697,7 +803,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
                        in = buf(scaled.back(), "reduce_scatter_tensor", c.red.use);
                      }
                      g.add(loomReduceScatter(in.ptr, c.out.ptr, c.out.count, c.out.type, c.red.op,
-                                             comm_, nullptr));
+                                             comm_, stream_));
                    }
                    g.end();
                  });
@@ -709,9 +815,9 @@ void LoomBackend::exchange(const std::vector<Buf>& sends, const std::vector<Buf>
   for (int r = 0; r < getSize(); ++r) {
     if (r == getRank()) continue;
     if (sends[r].count > 0)
-      g.add(loomSend(sends[r].ptr, sends[r].count, sends[r].type, r, comm_, nullptr));
+      g.add(loomSend(sends[r].ptr, sends[r].count, sends[r].type, r, comm_, stream_));
     if (recvs[r].count > 0)
-      g.add(loomRecv(recvs[r].ptr, recvs[r].count, recvs[r].type, r, comm_, nullptr));
+      g.add(loomRecv(recvs[r].ptr, recvs[r].count, recvs[r].type, r, comm_, stream_));
   }
   g.end();
 }
@@ -743,19 +849,23 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& output, at
     sends.push_back(slice(in, sendAt[r]));
     recvs.push_back(slice(out, recvAt[r]));
   }
-  const size_t selfBytes = sendAt[me].second * elem;
-  auto issue = [this, in, out, sends, recvs, selfBytes, equal, n, me] {
+  // This rank's own slice, copied as tensors (on the GPU for CUDA ones).
+  const at::Tensor selfIn = input.reshape(-1).narrow(0, static_cast<int64_t>(sendAt[me].first),
+                                                     static_cast<int64_t>(sendAt[me].second));
+  const at::Tensor selfOut = output.view(-1).narrow(0, static_cast<int64_t>(recvAt[me].first),
+                                                    static_cast<int64_t>(recvAt[me].second));
+  auto issue = [this, in, out, sends, recvs, selfIn, selfOut, equal, n] {
     if (equal) {
-      check(loomAllToAll(in.ptr, out.ptr, in.count / n, in.type, comm_, nullptr),
+      check(loomAllToAll(in.ptr, out.ptr, in.count / n, in.type, comm_, stream_),
             "all_to_all_single");
       return;
     }
     // Unequal slices: this rank's own by a copy, the others as sends and receives in one group.
-    std::memcpy(recvs[me].ptr, sends[me].ptr, selfBytes);
+    selfOut.copy_(selfIn);
     exchange(sends, recvs, "all_to_all_single");
   };
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, !opts.asyncOp,
-                 issue);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", {output}, {input},
+                 !opts.asyncOp, issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -775,7 +885,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& ou
     outputs[me].copy_(inputs[me]);
     exchange(ins, outs, "all_to_all");
   };
-  return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, !opts.asyncOp, issue);
+  return enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", outputs, inputs, !opts.asyncOp, issue);
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
@@ -783,8 +893,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::send(std::vector<at::Tensor>& tensor
   const at::Tensor t = single(tensors, "send");
   const Buf b = buf(t, "send");
   checkRank(dstRank, getSize(), "send", "destination");
-  return enqueue(c10d::OpType::SEND, "loom:send", {t}, false, [this, b, dstRank] {
-    check(loomSend(b.ptr, b.count, b.type, dstRank, comm_, nullptr), "send");
+  return enqueue(c10d::OpType::SEND, "loom:send", {t}, {}, false, [this, b, dstRank] {
+    check(loomSend(b.ptr, b.count, b.type, dstRank, comm_, stream_), "send");
   });
 }
 
@@ -793,8 +903,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::recv(std::vector<at::Tensor>& tensor
   const at::Tensor t = single(tensors, "recv");
   const Buf b = buf(t, "recv");
   checkRank(srcRank, getSize(), "recv", "source");
-  return enqueue(c10d::OpType::RECV, "loom:recv", {t}, false, [this, b, srcRank] {
-    check(loomRecv(b.ptr, b.count, b.type, srcRank, comm_, nullptr), "recv");
+  return enqueue(c10d::OpType::RECV, "loom:recv", {t}, {}, false, [this, b, srcRank] {
+    check(loomRecv(b.ptr, b.count, b.type, srcRank, comm_, stream_), "recv");
   });
 }
 
@@ -807,8 +917,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::recvAnysource(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> LoomBackend::barrier(const c10d::BarrierOptions& opts) {
   at::Tensor token = at::zeros({1}, at::kByte);
   const Buf b = buf(token, "barrier");
-  return enqueue(c10d::OpType::BARRIER, "loom:barrier", {}, !opts.asyncOp, [this, b, token] {
-    check(loomAllReduce(b.ptr, b.ptr, 1, loomUint8, loomSum, comm_, nullptr), "barrier");
+  return enqueue(c10d::OpType::BARRIER, "loom:barrier", {}, {}, !opts.asyncOp, [this, b, token] {
+    check(loomAllReduce(b.ptr, b.ptr, 1, loomUint8, loomSum, comm_, stream_), "barrier");
   });
 }
 

@@ -9,15 +9,30 @@
 // same order. Between startCoalescing and endCoalescing the operations are held and run as one
 // Loom group.
 //
-// Tensors: CPU, contiguous, every dtype Loom has (bool as uint8, complex as pairs of reals where
-// the operation allows it). CUDA tensors are refused with a clear error for now.
+// Tensors: CPU or CUDA, contiguous, every dtype Loom has (bool as uint8, complex as pairs of reals
+// where the operation allows it); the tensors of one operation on one device, and every CUDA
+// operation of a process group on one GPU (Loom's communicator drives one device).
+//
+// CUDA tensors run as ProcessGroupNCCL's do, on a stream of the backend's own: an operation
+// records an event on the caller's current stream when it is made; the worker makes the backend's
+// stream wait for it, enqueues the Loom calls (and any copies) on that stream and records a "done"
+// event, and then the Work is complete on the host. wait() makes the caller's current stream wait
+// for "done" without blocking the host; is_completed() is true once the GPU is past it; the Future
+// is a CUDA future on the backend's stream. The tensors are marked as used on that stream for
+// PyTorch's caching allocator. A Loom call that fails on the stream afterwards (a dead peer, an
+// abort) fails the communicator (loomCommGetAsyncError): the next wait() or operation raises it.
 #pragma once
+
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -36,18 +51,40 @@ struct Buf {
   loomDataType_t type = loomFloat32;
 };
 
+// The communicator as the Works see it, for the failures that come after a CUDA operation was
+// enqueued (loomCommGetAsyncError). The backend clears it before destroying the communicator.
+struct CommRef {
+  std::mutex mu;
+  loomComm_t comm = nullptr;
+  // Throws DistBackendError with Loom's message if the communicator has failed.
+  void throwIfFailed(const char* what);
+};
+
 // A queued operation's Work: completed by the worker, with a Future of the output tensors.
 class LoomWork : public c10d::Work {
  public:
-  LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+  LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+           c10::Device device, std::shared_ptr<CommRef> comm);
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
-  // Called once by the worker: the Work, then its Future, are done (exception: failed).
+  // CUDA: the host part is done and the GPU is past the operation's end.
+  bool isCompleted() override;
+  // CUDA: the caller's current stream waits for the operation (the host does not); a failure
+  // recorded since is raised.
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override;
+  // Worker, CUDA: the operation's end on the backend's stream (before complete()).
+  void recordDone(const c10::Stream& stream);
+  // Called once by the worker: the Work, then its Future, are done (exception: failed). A CUDA
+  // operation's Future completes on the current stream (the worker holds the backend's).
   void complete(std::exception_ptr exception);
 
  private:
   std::vector<at::Tensor> outputs_;
+  c10::Device device_;
+  std::shared_ptr<CommRef> comm_;
+  std::optional<c10::Event> done_;  // CUDA: set by the worker before complete()
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -120,18 +157,31 @@ class LoomBackend : public c10d::Backend {
 
  private:
   // One operation: `issue` makes the Loom calls (inside a group when coalescing), `finish` runs
-  // after they completed (copies out of temporaries); then the Work completes.
+  // after they completed (copies out of temporaries); then the Work completes. On CUDA both run
+  // with the backend's stream current (Loom's calls take it as stream_), after the stream waited
+  // for `ready` (the caller's stream when the operation was made); `tensors` are every tensor it
+  // touches, marked as used on that stream.
   struct Op {
     std::function<void()> issue;
     std::function<void()> finish;
     c10::intrusive_ptr<LoomWork> work;
+    c10::Device device{c10::kCPU};
+    std::shared_ptr<c10::Event> ready;
+    std::vector<at::Tensor> tensors;
   };
   // Queues the operation, or, for a blocking call (sync: PyTorch waits on the Work at once) with
-  // nothing queued or running, runs it on the calling thread: no handoff to the worker.
+  // nothing queued or running, runs it on the calling thread: no handoff to the worker. inputs:
+  // the tensors it reads (and temporaries) beside its outputs.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
-                                         std::vector<at::Tensor> outputs, bool sync,
+                                         std::vector<at::Tensor> outputs,
+                                         std::vector<at::Tensor> inputs, bool sync,
                                          std::function<void()> issue,
                                          std::function<void()> finish = nullptr);
+  // The device of an operation's tensors (all on one; CUDA ones on this group's GPU).
+  c10::Device opDevice(const std::vector<at::Tensor>& outputs,
+                       const std::vector<at::Tensor>& inputs, const char* title);
+  // The backend's stream on its GPU (made at the first CUDA operation).
+  c10::Stream sideStream();
   // gather and scatter: the root's list of one tensor per rank, each like mine ("output" or
   // "input" tensors), checked; empty on the other ranks, which must pass none.
   std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists,
@@ -151,6 +201,10 @@ class LoomBackend : public c10d::Backend {
   void stop(bool drain);
 
   loomComm_t comm_ = nullptr;
+  std::shared_ptr<CommRef> ref_ = std::make_shared<CommRef>();
+  loomStream_t stream_ = nullptr;    // the running batch's: the backend's CUDA stream, or none
+  std::optional<c10::Device> gpu_;   // set by the first CUDA operation (under mu_)
+  std::optional<c10::Stream> side_;  // the backend's stream on gpu_ (under mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::vector<Op>> queue_;  // each entry runs as one batch
