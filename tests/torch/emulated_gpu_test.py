@@ -12,7 +12,9 @@ them (CUDA IPC between the ranks' processes, streams, its kernels' host build). 
   made the stream wait); the same from a second stream made current; the Future's value;
 - a rank that dies while the other's stream waits: the stream is released, and the failure is
   raised by wait() or the next operation;
-- bad input: tensors of two devices in one operation.
+- bad input: tensors of two devices in one operation;
+- (--abort) an abort while the stream waits on an operation a peer never joins: the stream is
+  released and wait() raises.
 
     LOOM_CUDA_LIB=build/tests/device/fake_cuda/libloom-fakecuda.so \\
         python3 tests/torch/emulated_gpu_test.py --nprocs N
@@ -21,6 +23,7 @@ them (CUDA IPC between the ranks' processes, streams, its kernels' host build). 
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -164,12 +167,36 @@ def check_dead_peer(rank, n):
     os._exit(0)
 
 
-def main(rank, n, port):
+def abort_in_flight(rank, n):
+    """Rank 0 aborts its group while its stream waits on an all_reduce that rank 1 never joins:
+    the stream is released, and wait() raises."""
+    t = cuda(torch.ones(16))
+    dist.all_reduce(t)  # everything works first
+    if rank == 1:
+        time.sleep(2)
+        os._exit(0)
+    x = cuda(torch.ones(1 << 12))
+    work = dist.all_reduce(x, async_op=True)
+    time.sleep(0.3)
+    expect(not work.is_completed(), "the all_reduce completed on the GPU without rank 1")
+    start = time.monotonic()
+    dist.distributed_c10d._abort_process_group()
+    egpu.synchronize()  # the stream was let go
+    msg = raises(work.wait, ["loom"], "wait() after the abort")
+    expect(time.monotonic() - start < 20, "releasing the stream took over 20 s")
+    print(f"emulated_gpu_test abort: the stream was released; wait() raised: {msg[:160]}",
+          flush=True)
+    os._exit(0)
+
+
+def main(rank, n, port, abort=False):
     egpu.install(os.environ["LOOM_CUDA_LIB"])
     # torch.distributed's Python side asks the CUDA runtime (absent here) for the capability of
     # a broadcast's device: the emulated GPU's is 9.0.
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
     gloo = init(rank, n, port)
+    if abort:
+        abort_in_flight(rank, n)
     checked = check_ops(rank, n)
     check_stream_order(rank, n, False)
     check_stream_order(rank, n, True)
@@ -185,7 +212,9 @@ def main(rank, n, port):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--nprocs", type=int, default=2)
+    parser.add_argument("--abort", action="store_true", help="only the abort in flight")
+    abort = parser.parse_known_args()[0].abort
     if not os.environ.get("LOOM_CUDA_LIB"):
         print("SKIP: LOOM_CUDA_LIB must name the emulated GPU (libloom-fakecuda.so)")
         sys.exit(77)
-    launch(main)
+    launch(main, abort)

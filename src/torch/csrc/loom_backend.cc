@@ -248,8 +248,10 @@ void CommRef::throwIfFailed(const char* what) {
   if (comm == nullptr) return;
   loomResult_t async = loomSuccess;
   if (loomCommGetAsyncError(comm, &async) != loomSuccess || async == loomSuccess) return;
-  C10_THROW_ERROR(DistBackendError, c10::str("loom: ", what, ": the communicator failed: ",
-                                             loomGetErrorString(async), ": ", loomGetLastError()));
+  const std::string detail = async == loomAborted ? "" : loomGetLastError();
+  C10_THROW_ERROR(DistBackendError,
+                  c10::str("loom: ", what, ": the communicator failed: ", loomGetErrorString(async),
+                           detail.empty() ? "" : ": ", detail));
 }
 
 LoomWork::LoomWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
@@ -349,8 +351,8 @@ void LoomBackend::stop(bool drain) {
     std::unique_lock<std::mutex> lk(mu_);  // a blocking call running on its caller's thread
     cv_.wait(lk, [&] { return !busy_; });
   }
-  {
-    std::lock_guard<std::mutex> lk(ref_->mu);  // Works outliving the backend ask no more
+  if (drain) {  // Works outliving the backend ask no more (an aborted handle stays valid)
+    std::lock_guard<std::mutex> lk(ref_->mu);
     ref_->comm = nullptr;
   }
   if (drain && comm_ != nullptr) loomCommDestroy(comm_);
