@@ -185,7 +185,8 @@ done
 # ---- 6b. loom_torch against the machine's PyTorch ------------------------------------------------------
 # Built here against this machine's torch (another version than CI's) and Loom of step 1: CUDA
 # tensors at 2 ranks on the one GPU (tests/torch/cuda_test.py: every operation, stream order,
-# async wait, DDP), then CPU tensors (every operation against gloo at 2 ranks, and DDP).
+# async wait, DDP) and their benchmark against gloo and loom-perf (bench/torch/torch_bench.py
+# --device cuda), then CPU tensors (every operation against gloo at 2 ranks, and DDP).
 if python3 -c "import torch" 2>/dev/null; then
   LOOM_FOR_TORCH=$ROOT/gpu-bundle
   [ -d "$LOOM_FOR_TORCH/include" ] || LOOM_FOR_TORCH=$ROOT/build-gpu
@@ -194,6 +195,13 @@ if python3 -c "import torch" 2>/dev/null; then
       python3 setup.py -q build_ext --build-lib '$LOGS/../python' --build-temp '$LOGS/../torch-build' \
       && cp loom_torch/__init__.py '$LOGS/../python/loom_torch/'"
   step torch-cuda 120 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 cuda_test.py --nprocs 2"
+  if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    step torch-bench-cuda 90 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 \
+        '$ROOT/bench/torch/torch_bench.py' --device cuda --nprocs 2 --max-bytes 64M --iters 50 \
+        --target-bytes 1e9 --ddp-params 25e6 --loom-perf '$BIN/loom-perf'"
+  else
+    note torch-bench-cuda skip "torch.cuda.is_available() is False here"
+  fi
   step torch-cpu 120 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 ops_test.py --nprocs 2 \
       && env $TORCH_ENV python3 ddp_test.py --nprocs 2 --steps 100"
 else

@@ -9,6 +9,11 @@
   3. one DistributedDataParallel step of an MLP of about --ddp-params parameters (float32, batch
      8), loom against gloo: the median step time of --ddp-steps steps.
 
+--device cuda: the tensors (and the model) on the GPU rank % device_count, each timed call
+followed by torch.cuda.synchronize() (enqueue to completion); gloo takes CUDA tensors too (through
+the host), and loom-perf runs with --mem device. (NCCL is not the peer here: it refuses two ranks
+on one GPU, which is what a one-GPU machine runs.)
+
     python3 bench/torch/torch_bench.py --nprocs 2,4 --loom-perf build/tools/perf/loom-perf
 
 Needs loom_torch importable (PYTHONPATH=build/python, or pip-installed). Prints markdown tables;
@@ -57,20 +62,30 @@ def timed(fn, iters):
 def worker(rank, n, port, args, queue):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    dev = torch.device("cpu")
+    if args.device == "cuda":
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     timeout = datetime.timedelta(seconds=300)
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=n, timeout=timeout)
     groups = {"loom": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
     rows = []
     for nbytes in sizes(args.min_bytes, args.max_bytes, args.factor):
-        t = torch.ones(max(nbytes // 4, 1))
+        t = torch.ones(max(nbytes // 4, 1), device=dev)
         iters = max(5, min(args.iters, int(args.target_bytes // max(nbytes, 1))))
         row = {"bytes": t.numel() * 4, "iters": iters}
         for name, g in groups.items():
             for _ in range(max(2, iters // 10)):
                 dist.all_reduce(t, group=g)
+            sync()
             dist.barrier(group=groups["gloo"])
-            row[name] = timed(lambda g=g: dist.all_reduce(t, group=g), iters)
+
+            def call(g=g):
+                dist.all_reduce(t, group=g)
+                sync()
+            row[name] = timed(call, iters)
         rows.append(row)
     ddp = {}
     if args.ddp_params > 0:
@@ -78,17 +93,19 @@ def worker(rank, n, port, args, queue):
         width = 4096
         layers = max(1, round(args.ddp_params / (width * width + width)))
         torch.manual_seed(0)
-        base = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+        base = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(dev)
         params = sum(p.numel() for p in base.parameters())
-        x = torch.randn(8, width)
+        x = torch.randn(8, width, device=dev)
         for name, g in groups.items():
-            model = DDP(base, process_group=g)
+            model = DDP(base, process_group=g, device_ids=[dev.index] if dev.index is not None
+                        else None)
             opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 
             def step():
                 opt.zero_grad()
                 model(x).square().mean().backward()
                 opt.step()
+                sync()
             step()
             dist.barrier(group=groups["gloo"])
             ddp[name] = timed(step, args.ddp_steps)
@@ -104,6 +121,8 @@ def loom_perf(path, n, args):
     torch.distributed.all_reduce is)."""
     cmd = [path, "all_reduce", "-np", str(n), "-b", str(args.min_bytes), "-e", str(args.max_bytes),
            "-f", str(args.factor), "-n", "20", "-w", "5"]
+    if args.device == "cuda":
+        cmd += ["--mem", "device"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     times = {}
     for line in out.stdout.splitlines():
@@ -126,7 +145,11 @@ def main():
     p.add_argument("--ddp-steps", type=int, default=3)
     p.add_argument("--loom-perf", default="")
     p.add_argument("--json", default="")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("torch_bench: --device cuda: torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
     args.min_bytes, args.max_bytes = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     results = []
     ctx = mp.get_context("spawn")
@@ -142,7 +165,8 @@ def main():
             r["loom_perf"], r["loom_perf_cmd"] = loom_perf(args.loom_perf, n, args)
         results.append(r)
     print(f"# torch {torch.__version__}, loom_torch (libloom {loom_torch.loom_version()}), "
-          f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, median of timed calls")
+          f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, median of timed calls; "
+          f"{'CUDA tensors on ' + torch.cuda.get_device_name(0) if args.device == 'cuda' else 'CPU tensors'}")
     for r in results:
         n = r["nprocs"]
         f = 2 * (n - 1) / n

@@ -118,10 +118,11 @@ bool DeviceOnePass::plannedHere(const OpArgs& op) {
   CallShape host = shapeOf(op, comm_->nranks(), false);
   host.sendKind = host.recvKind = MemKind::kHost;  // what the staged path's host calls are
   // Nothing to price (the rounds decide whether the ranks reach each other), nor speeds to measure.
-  if (onePassGpus(comm_, host) == 0) return true;
+  const int gpus = onePassGpus(comm_, host);
+  if (gpus == 0) return true;
   const device::DeviceSpeeds* sp = speeds();
   if (!sp) return true;
-  Result<DevicePlan> plan = planDeviceCall(comm_, host, *sp);
+  Result<DevicePlan> plan = planDeviceCall(comm_, host, *sp, gpus);
   if (!plan.isOk()) {
     LOOM_INFO(kSubShm, "device one pass: not priced ({})", plan.status().message());
     return true;

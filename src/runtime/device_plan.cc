@@ -200,7 +200,8 @@ int onePassGpus(Comm* cm, const CallShape& call) {
   return 0;
 }
 
-Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device::DeviceSpeeds& sp) {
+Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device::DeviceSpeeds& sp,
+                                  int gpus) {
   DevicePlan p;
   const int n = cm->nranks();
   const double es = static_cast<double>(dataTypeSize(call.dtype));
@@ -232,7 +233,7 @@ Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call, const device:
     p.pipelinedSec = ci + h + co + (k - 1) * std::max({ci, h, co});
   }
 
-  const int gpus = onePassGpus(cm, call);
+  if (gpus < 0) gpus = onePassGpus(cm, call);
   const double alpha = cm->planner() ? cm->planner()->machine().intra.alphaSec : 0;
   auto price = gpus == 1 ? deviceOnePassSeconds : devicePeerOnePassSeconds;
   if (gpus > 0) {

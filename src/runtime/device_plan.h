@@ -61,9 +61,10 @@ int onePassGpus(Comm* cm, const CallShape& call);
 
 // The plan of call (device buffers on every rank) on cm, priced with speeds: GPUDirect RDMA where
 // the communicator runs device schedules; else the one pass where it costs no more than staging
-// as the runner stages (or LOOM_DEVICE_ONE_PASS=2), else staged.
+// as the runner stages (or LOOM_DEVICE_ONE_PASS=2), else staged. gpus: onePassGpus(cm, call)
+// where the caller has it (-1: asked here; it queries the driver).
 Result<DevicePlan> planDeviceCall(Comm* cm, const CallShape& call,
-                                  const device::DeviceSpeeds& speeds);
+                                  const device::DeviceSpeeds& speeds, int gpus = -1);
 
 // The price of the one pass of call among n ranks sharing one GPU with speeds, its outputs
 // written `how`; intraAlphaSec is a flag round's cost. < 0 for a collective it does not take, or

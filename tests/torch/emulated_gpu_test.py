@@ -10,19 +10,21 @@ them (CUDA IPC between the ranks' processes, streams, its kernels' host build). 
   wait() return while the gate is closed (the host is not blocked) and is_completed() is False;
   a copy made on the caller's stream after wait() reads the result once the gate opens (wait()
   made the stream wait); the same from a second stream made current; the Future's value;
-- a rank that dies while the other's stream waits: the stream is released, and the failure is
-  raised by wait() or the next operation;
 - bad input: tensors of two devices in one operation;
-- (--abort) an abort while the stream waits on an operation a peer never joins: the stream is
-  released and wait() raises.
+- destroy_process_group with an operation still waiting on the stream: it completes first;
+- (--mode dead) a rank that dies while the other's stream waits: the stream is released, and the
+  failure is raised by wait() or the next operation;
+- (--mode abort) an abort while the stream waits on an operation a peer never joins: the stream
+  is released and wait() raises.
 
     LOOM_CUDA_LIB=build/tests/device/fake_cuda/libloom-fakecuda.so \\
-        python3 tests/torch/emulated_gpu_test.py --nprocs N
+        python3 tests/torch/emulated_gpu_test.py --nprocs N [--mode ops|abort|dead]
 """
 
 import argparse
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -147,9 +149,23 @@ def check_bad_input(rank, n):
     same(egpu.to_cpu(t), torch.full((3,), float(n)), "all_reduce after a refused call")
 
 
+def destroy_with_pending(rank, n):
+    """destroy_process_group with an all_reduce still waiting on the stream (behind a gate opened
+    0.5 s later): the group's shutdown lets it finish, then destroys the communicator."""
+    count = 1 << 14
+    x = cuda(torch.zeros(count))
+    gate = egpu.gate()
+    egpu.write(x, torch.full((count,), float(rank + 1)))
+    dist.all_reduce(x, async_op=True)
+    threading.Timer(0.5, gate.open).start()
+    dist.destroy_process_group()
+    same(egpu.to_cpu(x), torch.full((count,), float(n * (n + 1) // 2)),
+         "an all_reduce pending on the stream at destroy_process_group")
+
+
 def check_dead_peer(rank, n):
-    if n < 2:
-        return
+    t = cuda(torch.ones(16))
+    dist.all_reduce(t)  # everything works first
     if rank == 1:
         os._exit(0)  # without a word, while rank 0's stream will wait for it
     x = cuda(torch.ones(1 << 12))
@@ -189,14 +205,16 @@ def abort_in_flight(rank, n):
     os._exit(0)
 
 
-def main(rank, n, port, abort=False):
+def main(rank, n, port, mode="ops"):
     egpu.install(os.environ["LOOM_CUDA_LIB"])
     # torch.distributed's Python side asks the CUDA runtime (absent here) for the capability of
     # a broadcast's device: the emulated GPU's is 9.0.
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
     gloo = init(rank, n, port)
-    if abort:
+    if mode == "abort":
         abort_in_flight(rank, n)
+    if mode == "dead":
+        check_dead_peer(rank, n)
     checked = check_ops(rank, n)
     check_stream_order(rank, n, False)
     check_stream_order(rank, n, True)
@@ -205,16 +223,15 @@ def main(rank, n, port, abort=False):
     if rank == 0:
         print(f"emulated_gpu_test: {n} ranks passed ({checked} all_reduce cases on CUDA tensors, "
               "stream order on the default and a new stream)", flush=True)
-    check_dead_peer(rank, n)
-    dist.destroy_process_group()
+    destroy_with_pending(rank, n)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--nprocs", type=int, default=2)
-    parser.add_argument("--abort", action="store_true", help="only the abort in flight")
-    abort = parser.parse_known_args()[0].abort
+    parser.add_argument("--mode", choices=["ops", "abort", "dead"], default="ops")
+    mode = parser.parse_known_args()[0].mode
     if not os.environ.get("LOOM_CUDA_LIB"):
         print("SKIP: LOOM_CUDA_LIB must name the emulated GPU (libloom-fakecuda.so)")
         sys.exit(77)
-    launch(main, abort)
+    launch(main, mode)

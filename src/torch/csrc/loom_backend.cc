@@ -351,6 +351,21 @@ void LoomBackend::stop(bool drain) {
     std::unique_lock<std::mutex> lk(mu_);  // a blocking call running on its caller's thread
     cv_.wait(lk, [&] { return !busy_; });
   }
+  // A shutdown lets the operations on the backend's stream finish first (as ncclCommDestroy
+  // finalizes): destroying the communicator would fail the calls still pending there. Bounded by
+  // Loom's deadline where a peer never comes.
+  std::optional<c10::Stream> side;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    side = side_;
+  }
+  if (drain && side && comm_ != nullptr) {
+    try {
+      c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).synchronizeStream(*side);
+    } catch (const std::exception& e) {
+      TORCH_WARN("loom: shutdown: waiting for the process group's CUDA stream: ", e.what());
+    }
+  }
   if (drain) {  // Works outliving the backend ask no more (an aborted handle stays valid)
     std::lock_guard<std::mutex> lk(ref_->mu);
     ref_->comm = nullptr;
