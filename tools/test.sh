@@ -62,7 +62,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # memory, which DeviceCalls.* run; device buffers over GPUDirect RDMA, which
   # DeviceCalls.GpuDirect* and tools.perf.device.gdr.np3 run) ran in the first stage; the ones over
   # the single-copy and mapped shm paths, the emulated IB device, the plugin and device buffers on
-  # streams (the one pass over the peers' device buffers) stay. The install test builds a program
+  # streams (the one pass over the peers' device buffers; up to 5 ranks here) stay. The install test builds a program
   # without the sanitizers against the sanitized libloom.so, which cannot load: first stage only.
   # Registration over the emulated IB device (collectives_ib_emulated runs its paths; registration
   # runs over sockets and the plugin here) and loom-perf at 5 ranks (the same code as at 3, which

@@ -110,6 +110,15 @@ Status checkComm(const CallScope& scope) {
   return Status();
 }
 
+// A call that failed while loomCommAbort ran on its communicator (from another thread) reports
+// the abort: what it saw fail (a connection the abort closed, which may read as a peer's) came
+// from it.
+Status abortedDuring(loomComm_t h, Status st) {
+  if (st.isOk() || st.code() == Code::kAborted || h == nullptr || !h->aborting.load()) return st;
+  return Status(Code::kAborted,
+                "the communicator was aborted (loomCommAbort) during the call: " + st.message());
+}
+
 uint64_t deriveSecret(const std::string& text) { return Fnv64().mixBytes(text).value(); }
 
 // The id for LOOM_COMM_ID: the address from the environment and a secret every process derives
@@ -344,8 +353,8 @@ Status enqueue(loomComm_t comm, OpArgs a, loomStream_t stream) {
     tGroup.ops.push_back(std::move(q));
     return Status();
   }
-  if (q.device < 0 && !c->runner()) return runCall(c, a);
-  return runOnDevice(c, {std::move(q)});
+  Status st = q.device < 0 && !c->runner() ? runCall(c, a) : runOnDevice(c, {std::move(q)});
+  return abortedDuring(comm, std::move(st));
 }
 
 Status runGroup(std::vector<QueuedOp> ops) {
