@@ -164,9 +164,11 @@ def main():
         if args.loom_perf:
             r["loom_perf"], r["loom_perf_cmd"] = loom_perf(args.loom_perf, n, args)
         results.append(r)
+    tensors = ("CUDA tensors on " + torch.cuda.get_device_name(0) if args.device == "cuda"
+               else "CPU tensors")
     print(f"# torch {torch.__version__}, loom_torch (libloom {loom_torch.loom_version()}), "
           f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, median of timed calls; "
-          f"{'CUDA tensors on ' + torch.cuda.get_device_name(0) if args.device == 'cuda' else 'CPU tensors'}")
+          f"{tensors}")
     for r in results:
         n = r["nprocs"]
         f = 2 * (n - 1) / n
