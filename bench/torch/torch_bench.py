@@ -4,8 +4,9 @@
      --max-bytes on a loom and a gloo group of the same processes, alternating the two at each
      size: time per call (rank 0's median of --iters timed calls) and bus bandwidth (nccl-tests'
      definition: bytes / time x 2(n-1)/n), and the ratios;
-  2. loom-perf's all_reduce over the same sizes and ranks (--loom-perf, run right after; its
-     in-place time): what the binding adds to Loom's own time;
+  2. loom-perf's all_reduce at the same sizes and ranks, each size alone as the tensor above is
+     reused (--loom-perf, run right after; its in-place time): what the binding adds to Loom's own
+     time;
   3. one DistributedDataParallel step of an MLP of about --ddp-params parameters (float32, batch
      8), loom against gloo: the median step time of --ddp-steps steps.
 
@@ -117,20 +118,24 @@ def worker(rank, n, port, args, queue):
 
 
 def loom_perf(path, n, args):
-    """loom-perf all_reduce over the same sizes: {bytes: time in seconds}, in place (as
-    torch.distributed.all_reduce is)."""
-    cmd = [path, "all_reduce", "-np", str(n), "-b", str(args.min_bytes), "-e", str(args.max_bytes),
-           "-f", str(args.factor), "-n", "20", "-w", "5"]
-    if args.device == "cuda":
-        cmd += ["--mem", "device"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    times = {}
-    for line in out.stdout.splitlines():
-        m = re.match(r"\s+(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\S+"
-                     r"\s+([\d.]+)", line)
-        if m:
-            times[int(m.group(1))] = float(m.group(2)) * 1e-6
-    return times, " ".join(cmd)
+    """loom-perf all_reduce at each of the same sizes, each size alone (-b S -e S: one buffer,
+    reused every iteration, as the benchmark above reuses its tensor): {bytes: in-place time in
+    seconds} (torch.distributed.all_reduce is in place)."""
+    times, cmd = {}, []
+    for nbytes in sizes(args.min_bytes, args.max_bytes, args.factor):
+        b = max(nbytes // 4, 1) * 4
+        iters = max(5, min(args.iters, int(args.target_bytes // max(b, 1))))
+        cmd = [path, "all_reduce", "-np", str(n), "-b", str(b), "-e", str(b), "-n", str(iters),
+               "-w", str(max(2, iters // 10))]
+        if args.device == "cuda":
+            cmd += ["--mem", "device"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        for line in out.stdout.splitlines():
+            m = re.match(r"\s+(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+                         r"\s+\S+\s+([\d.]+)", line)
+            if m:
+                times[int(m.group(1))] = float(m.group(2)) * 1e-6
+    return times, " ".join(cmd[:4] + ["-b S -e S (each size alone)"] + cmd[8:])
 
 
 def main():
