@@ -423,6 +423,9 @@ Status runGroup(std::vector<QueuedOp> ops) {
     Status st = runner->wait(job);
     if (first.isOk()) first = st;
   }
+  // As for a call alone (enqueue): a failure while one of the group's communicators was being
+  // aborted is the abort's.
+  for (const QueuedOp& q : ops) first = abortedDuring(q.handle, std::move(first));
   return first;
 }
 

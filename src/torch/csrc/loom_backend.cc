@@ -417,7 +417,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
                                                     std::function<void()> finish) {
   const c10::Device dev = opDevice(outputs, inputs, title);
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, outputs, dev, ref_);
-  Op op{std::move(issue), std::move(finish), work, dev, nullptr, std::move(inputs)};
+  Op op{std::move(issue), std::move(finish), work, nullptr, std::move(inputs)};
   if (dev.is_cuda()) {
     ref_->throwIfFailed(title);  // a failure on the stream since the last operation
     // What the caller's stream holds now comes before the operation.
@@ -431,8 +431,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
     std::unique_lock<std::mutex> lk(mu_);
     TORCH_CHECK(!stopping_, "loom: ", title, ": the process group was shut down or aborted");
     if (coalescing_) {
-      TORCH_CHECK(coalesced_.empty() || coalesced_.front().device == dev, "loom: ", title,
-                  ": one coalesced region on ", coalesced_.front().device, " and ", dev);
+      TORCH_CHECK(coalesced_.empty() || coalesced_.front().work->device() == dev, "loom: ", title,
+                  ": one coalesced region on ", coalesced_.front().work->device(), " and ", dev);
       coalesced_.push_back(std::move(batch[0]));
       return work;
     }
@@ -479,7 +479,7 @@ void LoomBackend::runBatch(std::vector<Op>& ops) {
   std::optional<c10::StreamGuard> onStream;
   std::optional<c10::Stream> side;
   try {
-    if (!ops.empty() && ops.front().device.is_cuda()) {
+    if (!ops.empty() && ops.front().work->device().is_cuda()) {
       side = sideStream();
       onStream.emplace(*side);
       const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
@@ -531,10 +531,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
   std::vector<at::Tensor> outputs;
   for (const Op& op : batch)
     for (const at::Tensor& t : op.work->result()) outputs.push_back(t);
-  const c10::Device dev = batch.empty() ? c10::Device(c10::kCPU) : batch.front().device;
+  const c10::Device dev = batch.empty() ? c10::Device(c10::kCPU) : batch.front().work->device();
   auto work = c10::make_intrusive<LoomWork>(getRank(), c10d::OpType::COALESCED, "loom:coalesced",
                                             outputs, dev, ref_);
-  batch.push_back(Op{nullptr, nullptr, work, dev, nullptr, {}});  // completes with the batch
+  batch.push_back(Op{nullptr, nullptr, work, nullptr, {}});  // completes with the batch
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!stopping_) {

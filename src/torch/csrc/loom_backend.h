@@ -68,6 +68,8 @@ class LoomWork : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
+  // Where the operation's tensors are (CPU for none).
+  c10::Device device() const { return device_; }
   // CUDA: the host part is done and the GPU is past the operation's end.
   bool isCompleted() override;
   // CUDA: the caller's current stream waits for the operation (the host does not); a failure
@@ -164,8 +166,7 @@ class LoomBackend : public c10d::Backend {
   struct Op {
     std::function<void()> issue;
     std::function<void()> finish;
-    c10::intrusive_ptr<LoomWork> work;
-    c10::Device device{c10::kCPU};
+    c10::intrusive_ptr<LoomWork> work;  // its device() is the operation's
     std::shared_ptr<c10::Event> ready;
     std::vector<at::Tensor> tensors;
   };
