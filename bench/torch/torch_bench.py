@@ -2,11 +2,15 @@
 
   1. all_reduce (float32 SUM, in place, blocking as a training step calls it) from --min-bytes to
      --max-bytes on a loom and a gloo group of the same processes, alternating the two at each
-     size: time per call (rank 0's median of --iters timed calls) and bus bandwidth (nccl-tests'
-     definition: bytes / time x 2(n-1)/n), and the ratios;
+     size for --rounds rounds: time per call (the slowest rank's median of --iters timed calls,
+     the best round of each) and bus bandwidth (nccl-tests' definition: bytes / time x
+     2(n-1)/n), and the ratios. The rounds keep a busy host's bursts out of one side only;
+     With CPU tensors, a third side in the same rounds: Loom's own call (loomAllReduce through
+     loom_torch._C.direct_all_reduce) on the same communicator and tensor, around PyTorch's
+     dispatch and the backend: "loom_torch/Loom's call" is what the binding adds, like for like;
   2. loom-perf's all_reduce at the same sizes and ranks, each size alone as the tensor above is
-     reused (--loom-perf, run right after; its in-place time): what the binding adds to Loom's own
-     time;
+     reused (--loom-perf, run right after; its in-place time, the best of -N --rounds): what the
+     binding adds to Loom's own time;
   3. one DistributedDataParallel step of an MLP of about --ddp-params parameters (float32, batch
      8), loom against gloo: the median step time of --ddp-steps steps.
 
@@ -72,21 +76,31 @@ def worker(rank, n, port, args, queue):
     dist.init_process_group("loom", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=n, timeout=timeout)
     groups = {"loom": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
+    # Loom's own call on the same communicator and tensor, around torch.distributed (CPU only):
+    # what the binding adds, measured in the same processes.
+    backend = dist.group.WORLD._get_backend(dev) if dev.type == "cpu" else None
+    sides = ["loom", "gloo"] + (["direct"] if backend is not None else [])
     rows = []
     for nbytes in sizes(args.min_bytes, args.max_bytes, args.factor):
         t = torch.ones(max(nbytes // 4, 1), device=dev)
         iters = max(5, min(args.iters, int(args.target_bytes // max(nbytes, 1))))
         row = {"bytes": t.numel() * 4, "iters": iters}
-        for name, g in groups.items():
-            for _ in range(max(2, iters // 10)):
-                dist.all_reduce(t, group=g)
-            sync()
-            dist.barrier(group=groups["gloo"])
-
-            def call(g=g):
-                dist.all_reduce(t, group=g)
-                sync()
-            row[name] = timed(call, iters)
+        for _ in range(args.rounds):
+            for name in sides:
+                if name == "direct":
+                    def call():
+                        loom_torch._C.direct_all_reduce(backend, t)
+                else:
+                    def call(g=groups[name]):
+                        dist.all_reduce(t, group=g)
+                        sync()
+                for _ in range(max(2, iters // 10)):
+                    call()
+                dist.barrier(group=groups["gloo"])
+                # Every rank's median, the slowest counted (they differ by which rank waits).
+                med = torch.tensor([timed(call, iters)], dtype=torch.float64)
+                dist.all_reduce(med, op=dist.ReduceOp.MAX, group=groups["gloo"])
+                row[name] = min(row.get(name, float("inf")), med.item())
         rows.append(row)
     ddp = {}
     if args.ddp_params > 0:
@@ -126,15 +140,16 @@ def loom_perf(path, n, args):
         b = max(nbytes // 4, 1) * 4
         iters = max(5, min(args.iters, int(args.target_bytes // max(b, 1))))
         cmd = [path, "all_reduce", "-np", str(n), "-b", str(b), "-e", str(b), "-n", str(iters),
-               "-w", str(max(2, iters // 10))]
+               "-w", str(max(2, iters // 10)), "-N", str(args.rounds)]
         if args.device == "cuda":
             cmd += ["--mem", "device"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         for line in out.stdout.splitlines():
             m = re.match(r"\s+(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
                          r"\s+\S+\s+([\d.]+)", line)
-            if m:
-                times[int(m.group(1))] = float(m.group(2)) * 1e-6
+            if m:  # the best of the -N rounds
+                t = float(m.group(2)) * 1e-6
+                times[int(m.group(1))] = min(times.get(int(m.group(1)), t), t)
     return times, " ".join(cmd[:4] + ["-b S -e S (each size alone)"] + cmd[8:])
 
 
@@ -145,6 +160,8 @@ def main():
     p.add_argument("--max-bytes", default="64M")
     p.add_argument("--factor", type=int, default=4)
     p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds per size, loom and gloo alternating; each keeps its best")
     p.add_argument("--target-bytes", type=float, default=2e9, help="bytes timed per size at most")
     p.add_argument("--ddp-params", type=float, default=100e6)
     p.add_argument("--ddp-steps", type=int, default=3)
@@ -172,13 +189,17 @@ def main():
     tensors = ("CUDA tensors on " + torch.cuda.get_device_name(0) if args.device == "cuda"
                else "CPU tensors")
     print(f"# torch {torch.__version__}, loom_torch (libloom {loom_torch.loom_version()}), "
-          f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, median of timed calls; "
+          f"{os.cpu_count()} CPUs; all_reduce float32 SUM in place, the slowest rank's median of "
+          f"{args.iters} timed calls (fewer above 10 MB), best of {args.rounds} rounds; "
           f"{tensors}")
     for r in results:
         n = r["nprocs"]
         f = 2 * (n - 1) / n
         print(f"\n## {n} ranks: all_reduce")
         head = "| bytes | loom us | gloo us | loom busbw GB/s | gloo busbw GB/s | gloo/loom time |"
+        direct = "direct" in r["allreduce"][0]
+        if direct:
+            head += " Loom's call us | loom_torch/Loom's call |"
         if "loom_perf" in r:
             head += " loom-perf in-place us | loom_torch/loom-perf |"
         print(head)
@@ -187,6 +208,8 @@ def main():
             b, tl, tg = row["bytes"], row["loom"], row["gloo"]
             line = (f"| {b} | {tl * 1e6:.1f} | {tg * 1e6:.1f} | {b / tl * f / 1e9:.3f} | "
                     f"{b / tg * f / 1e9:.3f} | {tg / tl:.2f} |")
+            if direct:
+                line += f" {row['direct'] * 1e6:.1f} | {tl / row['direct']:.2f} |"
             if "loom_perf" in r:
                 lp = r["loom_perf"].get(b)
                 line += f" {lp * 1e6:.1f} | {tl / lp:.2f} |" if lp else " - | - |"

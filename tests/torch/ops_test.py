@@ -12,6 +12,8 @@ and the errors of bad input (non-contiguous tensors, unsupported ops, a wrong ra
 import torch
 import torch.distributed as dist
 
+import loom_torch
+
 from common import expect, init, launch, raises, same
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
@@ -299,6 +301,21 @@ def check_groups(rank, n, gloo):
         dist.barrier(group=sub)
 
 
+def check_direct(rank, n, gloo):
+    # The benchmark's reference: Loom's own call on the group's communicator, after the operations
+    # queued before it (an async all_reduce still queued or running), with the same values.
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    x = torch.full((1 << 16,), float(rank))
+    work = dist.all_reduce(x, async_op=True)
+    y = torch.arange(1000, dtype=torch.float32) + rank
+    loom_torch._C.direct_all_reduce(backend, y)
+    expect(work.is_completed(), "direct_all_reduce ran after the queued all_reduce")
+    same(x, torch.full((1 << 16,), float(n * (n - 1) // 2)), "all_reduce before direct_all_reduce")
+    same(y, torch.arange(1000, dtype=torch.float32) * n + n * (n - 1) // 2, "direct_all_reduce")
+    raises(lambda: loom_torch._C.direct_all_reduce(gloo._get_backend(torch.device("cpu")), y),
+           ["not a loom backend"], "direct_all_reduce on gloo's backend")
+
+
 def check_bad_input(rank, n, gloo):
     nc = torch.zeros(4, 4).t()
     raises(lambda: dist.all_reduce(nc), ["contiguous"], "non-contiguous all_reduce")
@@ -320,7 +337,7 @@ def main(rank, n, port):
     gloo = init(rank, n, port)
     expect(dist.get_backend() == "loom", f"backend {dist.get_backend()}")
     for check in (check_all_reduce, check_async, check_coalesced, check_rooted, check_gathers,
-                  check_all_to_all, check_p2p, check_groups, check_bad_input):
+                  check_all_to_all, check_p2p, check_groups, check_direct, check_bad_input):
         check(rank, n, gloo)
         dist.barrier(group=gloo)
     expect(Counter.gloo > 20, f"only {Counter.gloo} results were compared with gloo's")

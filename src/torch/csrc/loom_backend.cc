@@ -349,7 +349,9 @@ void LoomBackend::stop(bool drain) {
   if (worker_.joinable()) worker_.join();
   {
     std::unique_lock<std::mutex> lk(mu_);  // a blocking call running on its caller's thread
+    ++idleWaiters_;
     cv_.wait(lk, [&] { return !busy_; });
+    --idleWaiters_;
   }
   // A shutdown lets the operations on the backend's stream finish first (as ncclCommDestroy
   // finalizes): destroying the communicator would fail the calls still pending there. Bounded by
@@ -465,11 +467,20 @@ void LoomBackend::run() {
 
 void LoomBackend::runHeld(std::vector<Op>& batch) {
   runBatch(batch);
+  release();
+}
+
+void LoomBackend::release() {
+  bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
     busy_ = false;
+    // Only someone who can go on now: the worker when operations wait (or it should stop), a
+    // thread waiting for the backend to be idle. Waking the worker after every blocking call for
+    // nothing took a core from the peers on a busy host.
+    wake = !queue_.empty() || stopping_ || idleWaiters_ > 0;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void LoomBackend::runBatch(std::vector<Op>& ops) {
@@ -581,6 +592,23 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& t
         red.prepare(t);
         check(loomAllReduce(b.ptr, b.ptr, b.count, b.type, red.op, comm_, stream_), "all_reduce");
       });
+}
+
+void LoomBackend::directAllReduce(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu(), "loom: direct_all_reduce takes CPU tensors, not ", t.device());
+  const Buf b = buf(t, "direct_all_reduce", Use::kSumOrAvg);
+  {
+    // After the operations queued before, as a blocking operation runs (the worker waits).
+    std::unique_lock<std::mutex> lk(mu_);
+    ++idleWaiters_;
+    cv_.wait(lk, [&] { return stopping_ || (!busy_ && queue_.empty()); });
+    --idleWaiters_;
+    TORCH_CHECK(!stopping_, "loom: direct_all_reduce: the process group was shut down");
+    busy_ = true;
+  }
+  const loomResult_t r = loomAllReduce(b.ptr, b.ptr, b.count, b.type, loomSum, comm_, nullptr);
+  release();
+  check(r, "direct_all_reduce");
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(

@@ -99,6 +99,11 @@ class LoomBackend : public c10d::Backend {
   ~LoomBackend() override;
 
   const std::string getBackendName() const override { return "loom"; }
+  // Loom's own all_reduce (SUM, in place) of a CPU tensor on this group's communicator, called
+  // here and now, around PyTorch's dispatch and this backend's queue: what the benchmark compares
+  // torch.distributed.all_reduce with (loom_torch._C.direct_all_reduce). It runs after the
+  // operations queued before it, as a blocking operation does.
+  void directAllReduce(const at::Tensor& t);
   bool supportsCoalescing() const override { return true; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -194,6 +199,8 @@ class LoomBackend : public c10d::Backend {
                     const char* op);
   void run();  // the worker
   void runBatch(std::vector<Op>& ops);
+  // Clears busy_ (which this thread set) and wakes whoever can go on now.
+  void release();
   // Runs a batch this thread holds (busy_ set by it), then lets the next one go.
   void runHeld(std::vector<Op>& batch);
   // One Loom group: sends[r] to and recvs[r] from every other rank r (empty ones skipped).
@@ -212,6 +219,7 @@ class LoomBackend : public c10d::Backend {
   bool stopping_ = false;
   bool stopped_ = false;  // the communicator is destroyed or aborted, the worker joined
   bool busy_ = false;     // a batch runs (on the worker, or inline on a caller)
+  int idleWaiters_ = 0;   // threads waiting for !busy_ (shutdown, direct_all_reduce)
   bool coalescing_ = false;
   std::vector<Op> coalesced_;
   std::thread worker_;
