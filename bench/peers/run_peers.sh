@@ -287,6 +287,7 @@ trap 'exit 130' INT TERM
 
 log "building the helper programs in $BUILD_DIR"
 "$CXX" -O2 -Wall -o "$BUILD_DIR/memcpy_bw" "$SCRIPT_DIR/memcpy_bw.cc"
+"$CXX" -O2 -Wall -o "$BUILD_DIR/cma_bw" "$SCRIPT_DIR/cma_bw.cc"
 if have_active ompi-shm || have_active ompi-tcp; then
   "$OMPI_MPICC" -O2 -Wall -o "$BUILD_DIR/mpi_coll_bench.ompi" "$SCRIPT_DIR/mpi_coll_bench.c"
 fi
@@ -377,6 +378,9 @@ log "memory bound: every core copying at once ($(nproc) x 64 MiB, best of 10)"
 timeout -k 5 120 "$BUILD_DIR/memcpy_bw" 64 10 "$(nproc)" >"$RAW/membound.log" ||
   log "memcpy_bw with $(nproc) threads failed"
 cat "$RAW/membound.log" >&2
+log "process_vm_readv/writev against loads and stores, one core, cold buffers (64 MiB, best of 5)"
+timeout -k 5 120 "$BUILD_DIR/cma_bw" 64 5 >"$RAW/cma.log" || log "cma_bw failed"
+cat "$RAW/cma.log" >&2
 
 # ---- sizes and iteration groups ------------------------------------------------------------
 SIZES=()

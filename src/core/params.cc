@@ -170,6 +170,11 @@ const Param kShmMapped{"LOOM_SHM_MAPPED", ParamType::kBool, "1",
                        "algorithm or prices one pass cheaper: each rank reduces its slice from its "
                        "peers' buffers and writes the result into every peer's output; 0: through "
                        "the transport"};
+const Param kShmThp{"LOOM_SHM_THP", ParamType::kBool, "1",
+                    "Before the one pass reaches a rank's plain buffers from other processes "
+                    "(process_vm_readv/writev), the rank collapses them into transparent huge "
+                    "pages, once per buffer (madvise MADV_COLLAPSE; the kernel then pins one page "
+                    "per 2 MiB instead of one per 4 KiB); 0: buffers stay as they are"};
 const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",
                           "The one-pass collectives (LOOM_SHM_MAPPED) also reach plain buffers of "
                           "other processes on the host, through process_vm_readv/writev where "
@@ -344,6 +349,7 @@ const Param* const kAll[] = {&kDebug,
                              &kNtMin,
                              &kShmMapped,
                              &kShmMappedCma,
+                             &kShmThp,
                              &kAlgo,
                              &kRingChannels,
                              &kPlanner,

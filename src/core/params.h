@@ -129,6 +129,7 @@ extern const Param kShmDirectMax;
 extern const Param kNtMin;
 extern const Param kShmMapped;
 extern const Param kShmMappedCma;
+extern const Param kShmThp;
 extern const Param kPlanner;
 extern const Param kTuningFile;
 extern const Param kTunerMachine;

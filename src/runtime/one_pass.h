@@ -31,4 +31,13 @@ class Comm;
 // caller runs the decision's schedule). On failure the communicator is marked failed.
 Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* ran);
 
+// Before peers reach a plain buffer of this process through process_vm_readv/writev: the second
+// time a range is seen (a buffer used again, as a training step's buckets and a benchmark's are;
+// one used once is left alone), the 2 MiB-aligned interior of [p, p + bytes) is collapsed into
+// transparent huge pages (madvise MADV_COLLAPSE, Linux 6.1: the same contents at the same
+// addresses, copied once), where the kernel pins one page per 2 MiB instead of one per 4 KiB.
+// Best effort: a kernel without it, memory it may not collapse (MADV_NOHUGEPAGE) or no free huge
+// page leaves the range as it is, and it is not tried again. Returns whether it collapsed now.
+bool collapseReusedBuffer(const void* p, size_t bytes);
+
 }  // namespace loom
