@@ -198,6 +198,7 @@ if python3 -c "import torch" 2>/dev/null; then
   if python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     step torch-bench-cuda 90 bash -c "cd '$ROOT/tests/torch' && env $TORCH_ENV python3 \
         '$ROOT/bench/torch/torch_bench.py' --device cuda --nprocs 2 --min-bytes 8 --factor 8 --iters 50 \
+        --rounds 1 \
         --target-bytes 1e9 --ddp-params 25e6 --loom-perf '$BIN/loom-perf'"
   else
     note torch-bench-cuda skip "torch.cuda.is_available() is False here"

@@ -23,24 +23,9 @@
 #include <cstring>
 #include <functional>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "bench_util.h"
 
 namespace {
-
-// Copies with non-temporal stores where the CPU has them (64-byte aligned, multiple of 64 bytes).
-void streamCopy(char* dst, const char* src, size_t bytes) {
-#if defined(__SSE2__)
-  for (size_t i = 0; i < bytes; i += 64)
-    for (size_t k = 0; k < 64; k += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + k),
-                       _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + k)));
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
 
 // Moves bytes between local and remote (this process's own memory, through the kernel), whole.
 bool cma(bool write, char* local, char* remote, size_t bytes) {
@@ -120,7 +105,7 @@ int main(int argc, char** argv) {
       return true;
     });
     const double streamCold = best([&](size_t o) {
-      streamCopy(dst + o, hot, tile);
+      stream_copy(dst + o, hot, tile);
       return true;
     });
     if (!ok) return 1;

@@ -16,25 +16,9 @@
 #include <thread>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "bench_util.h"
 
 namespace {
-
-// A copy with non-temporal stores (dst and src 64-byte aligned, bytes a multiple of 64); memcpy
-// where the CPU has none.
-void streamCopy(char* dst, const char* src, size_t bytes) {
-#if defined(__SSE2__)
-  for (size_t i = 0; i < bytes; i += 64)
-    for (size_t k = 0; k < 64; k += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + k),
-                       _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + k)));
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
 
 struct Buffers {
   char* src = nullptr;
@@ -73,7 +57,7 @@ int main(int argc, char** argv) {
         if (kind == 0)
           std::memcpy(b.dst, b.src, bytes);
         else
-          streamCopy(b.dst, b.src, bytes);
+          stream_copy(b.dst, b.src, bytes);
       };
       auto t0 = std::chrono::steady_clock::now();
       if (threads == 1) {

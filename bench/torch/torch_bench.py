@@ -4,7 +4,7 @@
      --max-bytes on a loom and a gloo group of the same processes, alternating the two at each
      size for --rounds rounds: time per call (the slowest rank's median of --iters timed calls,
      the best round of each) and bus bandwidth (nccl-tests' definition: bytes / time x
-     2(n-1)/n), and the ratios. The rounds keep a busy host's bursts out of one side only;
+     2(n-1)/n), and the ratios (the rounds keep a busy host's bursts from landing on one side only).
      With CPU tensors, a third side in the same rounds: Loom's own call (loomAllReduce through
      loom_torch._C.direct_all_reduce) on the same communicator and tensor, around PyTorch's
      dispatch and the backend: "loom_torch/Loom's call" is what the binding adds, like for like;
@@ -161,7 +161,7 @@ def main():
     p.add_argument("--factor", type=int, default=4)
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3,
-                   help="rounds per size, loom and gloo alternating; each keeps its best")
+                   help="rounds per size, the sides alternating; each side keeps its best")
     p.add_argument("--target-bytes", type=float, default=2e9, help="bytes timed per size at most")
     p.add_argument("--ddp-params", type=float, default=100e6)
     p.add_argument("--ddp-steps", type=int, default=3)
