@@ -1,6 +1,5 @@
 #include "src/runtime/calibrate.h"
 
-#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include "src/core/log.h"
 #include "src/core/params.h"
 #include "src/reduce/reduce.h"
+#include "src/runtime/one_pass.h"
 
 namespace loom {
 
@@ -58,13 +58,12 @@ KernelSpeeds measure() {
   // copying as a peer's memory, allowed whatever ptrace's rules). On huge pages where the one
   // pass puts the buffers it reaches so (LOOM_SHM_THP, one_pass.h): the pages decide how fast
   // these calls are (1.2-1.6x on huge pages).
-  constexpr size_t kHuge = 2u << 20;
   std::unique_ptr<char, decltype(&std::free)> hugeBuf(
-      static_cast<char*>(std::aligned_alloc(kHuge, kBytes)), &std::free);
+      static_cast<char*>(std::aligned_alloc(kHugePageBytes, kBytes)), &std::free);
   char* big = hugeBuf ? hugeBuf.get() : reinterpret_cast<char*>(a.get());
   if (hugeBuf) {
     std::memset(big, 1, kBytes);
-    if (params::kShmThp.asBool()) madvise(big, kBytes, 25 /* MADV_COLLAPSE */);  // best effort
+    if (params::kShmThp.asBool()) collapseHugePages(big, kBytes);  // best effort
   }
   const pid_t self = getpid();
   char* tile = reinterpret_cast<char*>(c.get());

@@ -128,9 +128,24 @@ uint64_t roundSignature(const OpArgs& op, uint64_t round) {
 // process_vm_readv/writev walk and pin the peer's buffer page by page: on transparent huge pages
 // they move 1.2-1.6x more per second than on 4 KiB pages (bench/peers/cma_bw, one core, cold
 // buffers: 8.2-8.5 GB/s against 5.1-7.0).
+int collapseHugePages(const void* p, size_t bytes) {
+#if defined(__linux__)
+  constexpr uintptr_t kHuge = kHugePageBytes;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (hi <= lo) return 0;
+  constexpr int kCollapse = 25;  // MADV_COLLAPSE, where the headers predate it
+  return madvise(reinterpret_cast<void*>(lo), hi - lo, kCollapse) == 0 ? 0 : errno;
+#else
+  (void)p;
+  (void)bytes;
+  return ENOSYS;
+#endif
+}
+
 bool collapseReusedBuffer(const void* p, size_t bytes) {
 #if defined(__linux__)
-  constexpr uintptr_t kHuge = 2u << 20;
+  constexpr uintptr_t kHuge = kHugePageBytes;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + bytes;
   struct Range {
     uintptr_t start, end;  // a buffer seen, as its call gave it
@@ -142,13 +157,9 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
   auto it = std::find_if(seen.begin(), seen.end(),
                          [&](const Range& r) { return r.start <= start && end <= r.end; });
   if (it != seen.end() && it->tried) return false;
-  // Its whole 2 MiB pages: none in a small buffer.
-  auto interior = [&](uintptr_t s, uintptr_t e) {
-    return std::make_pair((s + kHuge - 1) & ~(kHuge - 1), e & ~(kHuge - 1));
-  };
   if (it == seen.end()) {  // the first time: maybe a buffer used once
-    const auto [lo, hi] = interior(start, end);
-    if (hi <= lo) return false;
+    // Its whole huge pages: none in a small buffer.
+    if (((start + kHuge - 1) & ~(kHuge - 1)) >= (end & ~(kHuge - 1))) return false;
     if (seen.size() == 64) seen.erase(seen.begin());
     seen.push_back({start, end, false});
     return false;
@@ -156,11 +167,9 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
   // Used again (this call's range lies in one seen before: the same buffer, or a part of it, as a
   // sweep's smaller sizes are): all of what was seen.
   it->tried = true;
-  const auto [lo, hi] = interior(it->start, it->end);
-  constexpr int kCollapse = 25;  // MADV_COLLAPSE, where the headers predate it
-  if (madvise(reinterpret_cast<void*>(lo), hi - lo, kCollapse) == 0) return true;
+  const int err = collapseHugePages(reinterpret_cast<const void*>(it->start), it->end - it->start);
+  if (err == 0) return true;
   static std::once_flag logged;
-  const int err = errno;
   std::call_once(logged, [&] {
     LOOM_INFO(kSubShm, "a buffer of {} bytes stays on small pages (madvise MADV_COLLAPSE: {})",
               it->end - it->start, std::strerror(err));

@@ -40,4 +40,12 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
 // page leaves the range as it is, and it is not tried again. Returns whether it collapsed now.
 bool collapseReusedBuffer(const void* p, size_t bytes);
 
+// The size of a transparent huge page on the machines Loom runs on (x86-64, aarch64 with 4 KiB
+// base pages).
+constexpr size_t kHugePageBytes = size_t(2) << 20;
+
+// madvise(MADV_COLLAPSE) over the whole huge pages of [p, p + bytes): 0 when collapsed, else the
+// errno the kernel gave (EINVAL where it predates Linux 6.1, ENOSYS off Linux).
+int collapseHugePages(const void* p, size_t bytes);
+
 }  // namespace loom
