@@ -8,6 +8,9 @@
      With CPU tensors, a third side in the same rounds: Loom's own call (loomAllReduce through
      loom_torch._C.direct_all_reduce) on the same communicator and tensor, around PyTorch's
      dispatch and the backend: "loom_torch/Loom's call" is what the binding adds, like for like;
+     and a fourth: the backend's own allreduce called straight (backend.allreduce([t]).wait(),
+     around torch.distributed's Python and PyTorch's dispatcher, which every backend, gloo's too,
+     runs under): "backend/Loom's call" is what loom_torch's own code adds;
   2. loom-perf's all_reduce at the same sizes and ranks, each size alone as the tensor above is
      reused (--loom-perf, run right after; its in-place time, the best of -N --rounds): what the
      binding adds to Loom's own time;
@@ -79,7 +82,10 @@ def worker(rank, n, port, args, queue):
     # Loom's own call on the same communicator and tensor, around torch.distributed (CPU only):
     # what the binding adds, measured in the same processes.
     backend = dist.group.WORLD._get_backend(dev) if dev.type == "cpu" else None
-    sides = ["loom", "gloo"] + (["direct"] if backend is not None else [])
+    sides = ["loom", "gloo"] + (["backend", "direct"] if backend is not None else [])
+    opts = dist.AllreduceOptions()
+    if hasattr(opts, "asyncOp"):
+        opts.asyncOp = False  # run on the calling thread, as dist.all_reduce's blocking call does
     rows = []
     for nbytes in sizes(args.min_bytes, args.max_bytes, args.factor):
         t = torch.ones(max(nbytes // 4, 1), device=dev)
@@ -90,6 +96,9 @@ def worker(rank, n, port, args, queue):
                 if name == "direct":
                     def call():
                         loom_torch._C.direct_all_reduce(backend, t)
+                elif name == "backend":
+                    def call():
+                        backend.allreduce([t], opts).wait()
                 else:
                     def call(g=groups[name]):
                         dist.all_reduce(t, group=g)
@@ -199,7 +208,7 @@ def main():
         head = "| bytes | loom us | gloo us | loom busbw GB/s | gloo busbw GB/s | gloo/loom time |"
         direct = "direct" in r["allreduce"][0]
         if direct:
-            head += " Loom's call us | loom_torch/Loom's call |"
+            head += " backend us | Loom's call us | loom_torch/Loom's call | backend/Loom's call |"
         if "loom_perf" in r:
             head += " loom-perf in-place us | loom_torch/loom-perf |"
         print(head)
@@ -209,7 +218,8 @@ def main():
             line = (f"| {b} | {tl * 1e6:.1f} | {tg * 1e6:.1f} | {b / tl * f / 1e9:.3f} | "
                     f"{b / tg * f / 1e9:.3f} | {tg / tl:.2f} |")
             if direct:
-                line += f" {row['direct'] * 1e6:.1f} | {tl / row['direct']:.2f} |"
+                td, tb = row["direct"], row["backend"]
+                line += f" {tb * 1e6:.1f} | {td * 1e6:.1f} | {tl / td:.2f} | {tb / td:.2f} |"
             if "loom_perf" in r:
                 lp = r["loom_perf"].get(b)
                 line += f" {lp * 1e6:.1f} | {tl / lp:.2f} |" if lp else " - | - |"

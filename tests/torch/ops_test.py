@@ -316,6 +316,19 @@ def check_direct(rank, n, gloo):
            ["not a loom backend"], "direct_all_reduce on gloo's backend")
 
 
+def check_profiler(rank, n, gloo):
+    # Under torch.profiler an operation is a range named for it, blocking or not (outside a
+    # profiler the backend opens none: it costs an allocation per call).
+    t = torch.ones(64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0, async_op=True).wait()
+    names = {e.name for e in prof.events()}
+    for title in ("loom:all_reduce", "loom:broadcast"):
+        expect(title in names, f"{title} not among the profiler's events: {sorted(names)[:20]}")
+    same(t, torch.full((64,), float(n)), "all_reduce under the profiler")
+
+
 def check_bad_input(rank, n, gloo):
     nc = torch.zeros(4, 4).t()
     raises(lambda: dist.all_reduce(nc), ["contiguous"], "non-contiguous all_reduce")
@@ -337,7 +350,8 @@ def main(rank, n, port):
     gloo = init(rank, n, port)
     expect(dist.get_backend() == "loom", f"backend {dist.get_backend()}")
     for check in (check_all_reduce, check_async, check_coalesced, check_rooted, check_gathers,
-                  check_all_to_all, check_p2p, check_groups, check_direct, check_bad_input):
+                  check_all_to_all, check_p2p, check_groups, check_direct, check_profiler,
+                  check_bad_input):
         check(rank, n, gloo)
         dist.barrier(group=gloo)
     expect(Counter.gloo > 20, f"only {Counter.gloo} results were compared with gloo's")
