@@ -8,7 +8,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
@@ -23,6 +25,8 @@ namespace {
 constexpr size_t kPage = 4096;
 // The event thread also wakes through an eventfd when it must stop; the timeout is a backstop.
 constexpr int kEventPollMs = 100;
+// How often the event thread looks for idle GPU registrations whose allocation was freed.
+constexpr auto kIdleGpuSweep = std::chrono::seconds(1);
 
 std::string readLine(const std::string& path) {
   std::ifstream in(path);
@@ -327,10 +331,48 @@ void Device::startEvents() {
   events_ = std::thread([this] { eventLoop(); });
 }
 
+void Device::sweepFreedIdleGpu() {
+  struct Idle {
+    const CachedMr* mr;
+    uintptr_t begin;
+    uint64_t bufferId;
+  };
+  std::vector<Idle> idle;
+  {
+    std::lock_guard<std::mutex> lk(mrMu_);
+    for (const auto& m : mrs_)
+      if (m->gpu && m->refs == 0 && m->bufferId != 0)
+        idle.push_back({m.get(), m->begin, m->bufferId});
+  }
+  // The driver is asked with mrMu_ released: a driver call can wait for a lock that a thread
+  // blocked on a stream holds, and the data path must not wait for this thread then.
+  std::vector<Idle> gone;
+  for (const Idle& i : idle)
+    if (gpuBufferId(reinterpret_cast<const void*>(i.begin)) != i.bufferId) gone.push_back(i);
+  if (gone.empty()) return;
+  std::lock_guard<std::mutex> lk(mrMu_);
+  for (size_t k = 0; k < mrs_.size();) {
+    const CachedMr& m = *mrs_[k];
+    const bool freed =
+        m.gpu && m.refs == 0 && std::any_of(gone.begin(), gone.end(), [&](const Idle& i) {
+          return i.mr == &m && i.begin == m.begin && i.bufferId == m.bufferId;
+        });
+    if (freed)
+      dropMr(k);  // the last entry takes its place: look at k again
+    else
+      ++k;
+  }
+}
+
 void Device::eventLoop() {
+  auto nextSweep = std::chrono::steady_clock::now() + kIdleGpuSweep;
   while (!stop_.load(std::memory_order_acquire)) {
     pollfd fds[2] = {{ctx_->async_fd, POLLIN, 0}, {wake_, POLLIN, 0}};
     int rc = ::poll(fds, wake_ >= 0 ? 2 : 1, kEventPollMs);
+    if (std::chrono::steady_clock::now() >= nextSweep) {
+      sweepFreedIdleGpu();
+      nextSweep = std::chrono::steady_clock::now() + kIdleGpuSweep;
+    }
     const pollfd& pfd = fds[0];
     if (rc < 0 && errno != EINTR) {
       LOOM_WARN("{}: polling asynchronous events failed: {}", name_, std::strerror(errno));

@@ -94,9 +94,9 @@ class Device {
   // neither works. A GPU allocation's registration outlives its last user (a training loop sends
   // from the same allocations every step; registering one costs far more than a message): kept
   // idle, keyed by the allocation's buffer id, until that allocation is gone (checked before each
-  // new registration: its range now holds another id, or none) or kIdleGpuMrs newer idle ones push
-  // it out. An allocation whose id is unknown is deregistered with its last user, as host memory
-  // is.
+  // new registration, and every second by the event thread: its range now holds another id, or
+  // none) or kIdleGpuMrs newer idle ones push it out. An allocation whose id is unknown is
+  // deregistered with its last user, as host memory is.
   Result<CachedMr*> regGpu(const void* data, size_t size);
   void deregister(CachedMr* mr);
   size_t cachedRanges() const;
@@ -132,6 +132,10 @@ class Device {
   void dropFreedIdleGpu();
   // Under mrMu_: drops the oldest idle GPU registrations beyond kIdleGpuMrs.
   void capIdleGpu();
+  // The event thread's sweep, every second: dropFreedIdleGpu's work, with the driver asked
+  // outside mrMu_, so that memory a user freed is not held for long when no new registration
+  // comes (a dma-buf registration keeps the GPU pages it pinned).
+  void sweepFreedIdleGpu();
 
   mutable std::mutex mrMu_;
   std::vector<std::unique_ptr<CachedMr>> mrs_;

@@ -475,6 +475,40 @@ TEST_P(IbTransportTest, GpuRegistrationsOutliveTheirUsersUntilTheAllocationIsFre
   EXPECT_EQ(b_.count("mr"), mrs + static_cast<int>(ib::Device::kIdleGpuMrs));
 }
 
+TEST_P(IbTransportTest, FreedGpuAllocationsLoseTheirIdleRegistrationWithoutANewOne) {
+  if (!fake()) GTEST_SKIP() << "needs the emulated verbs and CUDA devices";
+  if (!ib::cudaDriverAvailable().isOk())
+    GTEST_SKIP() << "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): "
+                 << ib::cudaDriverAvailable().message();
+  auto regDereg = [&](void* p, size_t bytes) -> std::string {
+    void* m = nullptr;
+    Status st = t_->regMr(p_.send, p, bytes, net::kPtrCuda, &m);
+    if (!st.isOk()) return st.message();
+    st = t_->deregMr(p_.send, m);
+    return st.isOk() ? "" : st.message();
+  };
+  const int mrs = b_.count("mr");
+  loomtest::DevBuf kept(1 << 20);
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(regDereg(kept.ptr(0), 4096), "");
+  {
+    loomtest::DevBuf freed(1 << 20);
+    ASSERT_TRUE(freed.ok());
+    ASSERT_EQ(regDereg(freed.ptr(0), 4096), "");
+    ASSERT_EQ(b_.count("mr"), mrs + 2) << "both kept registered while idle";
+  }
+  // No registration follows: the device's event thread finds the freed allocation within about a
+  // second and releases its registration; the live one stays.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (b_.count("mr") > mrs + 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(b_.count("mr"), mrs + 1) << "the freed allocation's registration was not released";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // another sweep at least
+  EXPECT_EQ(b_.count("mr"), mrs + 1) << "the live allocation's idle registration was dropped";
+  ASSERT_EQ(regDereg(kept.ptr(4096), 4096), "");
+  EXPECT_EQ(b_.count("mr"), mrs + 1) << "the live allocation was registered again";
+}
+
 TEST_P(IbTransportTest, DeviceFatalFailsRequestsWithTheEvent) {
   if (!fake()) GTEST_SKIP() << "needs the emulated device's failure control";
   ASSERT_EQ(fatal_("mlx5_0"), 0);
