@@ -44,8 +44,9 @@ bool collapseReusedBuffer(const void* p, size_t bytes);
 // base pages).
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 
-// madvise(MADV_COLLAPSE) over the whole huge pages of [p, p + bytes): 0 when collapsed, else the
-// errno the kernel gave (EINVAL where it predates Linux 6.1, ENOSYS off Linux).
+// madvise(MADV_COLLAPSE) over the whole huge pages of [p, p + bytes): 0 when collapsed (or when
+// the range holds no whole huge page), else the errno the kernel gave (EINVAL where it predates
+// Linux 6.1, ENOSYS off Linux).
 int collapseHugePages(const void* p, size_t bytes);
 
 }  // namespace loom
