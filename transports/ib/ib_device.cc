@@ -267,14 +267,21 @@ void Device::dropMr(size_t i) {
   mrs_.pop_back();
 }
 
-void Device::dropFreedIdleGpu() {
+template <class Gone>
+void Device::dropIdleGpuWhere(Gone gone) {
   for (size_t i = 0; i < mrs_.size();) {
     const CachedMr& m = *mrs_[i];
-    if (m.gpu && m.refs == 0 && gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId)
-      dropMr(i);  // its allocation is gone
+    if (m.gpu && m.refs == 0 && gone(m))
+      dropMr(i);  // the last entry takes its place: look at i again
     else
       ++i;
   }
+}
+
+void Device::dropFreedIdleGpu() {
+  dropIdleGpuWhere([](const CachedMr& m) {
+    return gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId;
+  });
 }
 
 void Device::capIdleGpu() {
@@ -351,17 +358,12 @@ void Device::sweepFreedIdleGpu() {
     if (gpuBufferId(reinterpret_cast<const void*>(i.begin)) != i.bufferId) gone.push_back(i);
   if (gone.empty()) return;
   std::lock_guard<std::mutex> lk(mrMu_);
-  for (size_t k = 0; k < mrs_.size();) {
-    const CachedMr& m = *mrs_[k];
-    const bool freed =
-        m.gpu && m.refs == 0 && std::any_of(gone.begin(), gone.end(), [&](const Idle& i) {
-          return i.mr == &m && i.begin == m.begin && i.bufferId == m.bufferId;
-        });
-    if (freed)
-      dropMr(k);  // the last entry takes its place: look at k again
-    else
-      ++k;
-  }
+  // Still the registration seen then (not one made since at the same place) and still idle.
+  dropIdleGpuWhere([&](const CachedMr& m) {
+    return std::any_of(gone.begin(), gone.end(), [&](const Idle& i) {
+      return i.mr == &m && i.begin == m.begin && i.bufferId == m.bufferId;
+    });
+  });
 }
 
 void Device::eventLoop() {

@@ -130,6 +130,9 @@ class Device {
   // Under mrMu_: drops the idle GPU registrations whose allocation is gone (one driver query
   // each: only before a new registration, not on every message).
   void dropFreedIdleGpu();
+  // Under mrMu_: drops the idle GPU registrations for which gone(const CachedMr&) is true.
+  template <class Gone>
+  void dropIdleGpuWhere(Gone gone);
   // Under mrMu_: drops the oldest idle GPU registrations beyond kIdleGpuMrs.
   void capIdleGpu();
   // The event thread's sweep, every second: dropFreedIdleGpu's work, with the driver asked

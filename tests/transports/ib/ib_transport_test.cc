@@ -208,6 +208,26 @@ class IbTransportTest : public ::testing::TestWithParam<std::string> {
 
   void TearDown() override { b_.close(&p_); }
 
+  // What the GPUDirect tests lack here ("" when nothing): the emulated verbs device and a CUDA
+  // driver (ctest's ib_tests_gpudirect loads the emulated one).
+  std::string gpuDirectMissing() const {
+    if (!fake()) return "needs the emulated verbs and CUDA devices";
+    const Status cuda = ib::cudaDriverAvailable();
+    if (!cuda.isOk())
+      return "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): " +
+             cuda.message();
+    return "";
+  }
+
+  // Registers GPU memory [p, p + bytes) on the connection and deregisters it: "" or the error.
+  std::string regDeregGpu(void* p, size_t bytes) {
+    void* m = nullptr;
+    Status st = t_->regMr(p_.send, p, bytes, net::kPtrCuda, &m);
+    if (!st.isOk()) return st.message();
+    st = t_->deregMr(p_.send, m);
+    return st.isOk() ? "" : st.message();
+  }
+
   IbBackend b_{GetParam(), GetParam() == "fake" ? LOOMTEST_FAKEVERBS_LIB : ""};
   net::Transport* t_ = nullptr;
   Link p_;                                                  // a connection
@@ -364,10 +384,7 @@ TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
 // NCCL issues before a GPU reads what arrived is a loopback read; a GPU further from the NIC than
 // LOOM_NET_GDR_LEVEL allows is refused with the reason.
 TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
-  if (!fake()) GTEST_SKIP() << "needs the emulated verbs and CUDA devices";
-  if (!ib::cudaDriverAvailable().isOk())
-    GTEST_SKIP() << "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): "
-                 << ib::cudaDriverAvailable().message();
+  if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
   net::Properties props;
   ASSERT_TRUE(t_->getProperties(0, &props).isOk());
   ASSERT_TRUE((props.ptrSupport & net::kPtrCuda) && (props.ptrSupport & net::kPtrDmabuf))
@@ -437,30 +454,21 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
 // a new one lands at the same address: CUDA's buffer id tells them apart), and the oldest idle
 // ones beyond Device::kIdleGpuMrs. The emulated verbs device counts live registrations.
 TEST_P(IbTransportTest, GpuRegistrationsOutliveTheirUsersUntilTheAllocationIsFreed) {
-  if (!fake()) GTEST_SKIP() << "needs the emulated verbs and CUDA devices";
-  if (!ib::cudaDriverAvailable().isOk())
-    GTEST_SKIP() << "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): "
-                 << ib::cudaDriverAvailable().message();
-  auto regDereg = [&](void* p, size_t bytes) -> std::string {
-    void* m = nullptr;
-    Status st = t_->regMr(p_.send, p, bytes, net::kPtrCuda, &m);
-    if (!st.isOk()) return st.message();
-    st = t_->deregMr(p_.send, m);
-    return st.isOk() ? "" : st.message();
-  };
+  if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
   const int mrs = b_.count("mr");
   uintptr_t firstBase = 0;
   {
     loomtest::DevBuf a(1 << 20);
     ASSERT_TRUE(a.ok());
     firstBase = reinterpret_cast<uintptr_t>(a.ptr(0));
-    for (int i = 0; i < 5; ++i) ASSERT_EQ(regDereg(a.ptr(4096 * static_cast<size_t>(i)), 4096), "");
+    for (int i = 0; i < 5; ++i)
+      ASSERT_EQ(regDeregGpu(a.ptr(4096 * static_cast<size_t>(i)), 4096), "");
     EXPECT_EQ(b_.count("mr"), mrs + 1) << "registered once, kept while idle";
   }
   // a is freed: the next registration drops its registration, wherever the new buffer lies.
   loomtest::DevBuf b(1 << 20);
   ASSERT_TRUE(b.ok());
-  ASSERT_EQ(regDereg(b.ptr(0), 4096), "");
+  ASSERT_EQ(regDeregGpu(b.ptr(0), 4096), "");
   EXPECT_EQ(b_.count("mr"), mrs + 1) << "the freed allocation's registration stayed"
                                      << (reinterpret_cast<uintptr_t>(b.ptr(0)) == firstBase
                                              ? " (the new one is at the same address)"
@@ -470,31 +478,21 @@ TEST_P(IbTransportTest, GpuRegistrationsOutliveTheirUsersUntilTheAllocationIsFre
   for (size_t i = 0; i < ib::Device::kIdleGpuMrs + 4; ++i) {
     many.push_back(std::make_unique<loomtest::DevBuf>(64 << 10));
     ASSERT_TRUE(many.back()->ok());
-    ASSERT_EQ(regDereg(many.back()->ptr(0), 4096), "");
+    ASSERT_EQ(regDeregGpu(many.back()->ptr(0), 4096), "");
   }
   EXPECT_EQ(b_.count("mr"), mrs + static_cast<int>(ib::Device::kIdleGpuMrs));
 }
 
 TEST_P(IbTransportTest, FreedGpuAllocationsLoseTheirIdleRegistrationWithoutANewOne) {
-  if (!fake()) GTEST_SKIP() << "needs the emulated verbs and CUDA devices";
-  if (!ib::cudaDriverAvailable().isOk())
-    GTEST_SKIP() << "needs a CUDA driver (ctest's ib_tests_gpudirect loads the emulated one): "
-                 << ib::cudaDriverAvailable().message();
-  auto regDereg = [&](void* p, size_t bytes) -> std::string {
-    void* m = nullptr;
-    Status st = t_->regMr(p_.send, p, bytes, net::kPtrCuda, &m);
-    if (!st.isOk()) return st.message();
-    st = t_->deregMr(p_.send, m);
-    return st.isOk() ? "" : st.message();
-  };
+  if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
   const int mrs = b_.count("mr");
   loomtest::DevBuf kept(1 << 20);
   ASSERT_TRUE(kept.ok());
-  ASSERT_EQ(regDereg(kept.ptr(0), 4096), "");
+  ASSERT_EQ(regDeregGpu(kept.ptr(0), 4096), "");
   {
     loomtest::DevBuf freed(1 << 20);
     ASSERT_TRUE(freed.ok());
-    ASSERT_EQ(regDereg(freed.ptr(0), 4096), "");
+    ASSERT_EQ(regDeregGpu(freed.ptr(0), 4096), "");
     ASSERT_EQ(b_.count("mr"), mrs + 2) << "both kept registered while idle";
   }
   // No registration follows: the device's event thread finds the freed allocation within about a
@@ -505,7 +503,7 @@ TEST_P(IbTransportTest, FreedGpuAllocationsLoseTheirIdleRegistrationWithoutANewO
   EXPECT_EQ(b_.count("mr"), mrs + 1) << "the freed allocation's registration was not released";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // another sweep at least
   EXPECT_EQ(b_.count("mr"), mrs + 1) << "the live allocation's idle registration was dropped";
-  ASSERT_EQ(regDereg(kept.ptr(4096), 4096), "");
+  ASSERT_EQ(regDeregGpu(kept.ptr(4096), 4096), "");
   EXPECT_EQ(b_.count("mr"), mrs + 1) << "the live allocation was registered again";
 }
 
