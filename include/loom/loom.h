@@ -26,7 +26,12 @@
  * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
  * rank. One thread of the communicator runs its device calls: in one pass over the peers' device
  * buffers where every rank shares the host and the GPU (CUDA IPC between processes), else staged
- * through pinned host memory.
+ * through pinned host memory. The communicator sets that up (the thread, streams, pinned memory,
+ * the device's measured speeds) at its first device call, or at init where a device is named
+ * (loomConfig_t.cudaDev, loomCommInitAll's devlist), as NCCL binds a communicator to its device.
+ * Name it for ranks that are threads of one process: the CUDA driver's allocations wait while any
+ * thread is blocked in a copy to pageable memory, so one rank's first device call would wait for
+ * another rank's thread reading a result that waits for that very call.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.
@@ -138,10 +143,12 @@ typedef struct {
   int timeoutMs;        /* deadline of every wait; -1: LOOM_TIMEOUT */
   int hostId;           /* reserved; 0 */
   const char* commName; /* shown in logs; may be NULL */
+  int cudaDev;          /* -1: the device of the first device call; >= 0: this CUDA device, its
+                           device resources set up during init (see 'CUDA' above) */
 } loomConfig_t;
 
 #define LOOM_CONFIG_INITIALIZER \
-  { sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, -1, 0, NULL }
+  { sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, -1, 0, NULL, -1 }
 
 #define LOOM_SPLIT_NOCOLOR (-1)
 
@@ -168,9 +175,10 @@ LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomU
  * RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID/SLURM_NTASKS. Rank 0
  * starts the rendezvous listener in its process; then it blocks as loomCommInitRank does. */
 LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
-/* ndev ranks as threads of this process (devlist is for CUDA builds; may be NULL): starts a
- * listener as loomGetUniqueId does and blocks until every rank is ready. comms holds ndev
- * handles, each to destroy; on failure none is kept (every comms[i] is NULL). */
+/* ndev ranks as threads of this process: starts a listener as loomGetUniqueId does and blocks
+ * until every rank is ready. devlist (may be NULL) names rank i's CUDA device devlist[i], as
+ * loomConfig_t.cudaDev does. comms holds ndev handles, each to destroy; on failure none is kept
+ * (every comms[i] is NULL). */
 LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
 /* Collective over comm: ranks with the same color form a new communicator ordered by key, then
  * by old rank. LOOM_SPLIT_NOCOLOR gives *newcomm = NULL. Blocks until every rank of comm has

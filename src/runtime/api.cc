@@ -135,6 +135,29 @@ bool sameAddr(const SockAddr& a, const SockAddr& b) {
   return a.len == b.len && std::memcmp(&a.ss, &b.ss, a.len) == 0;
 }
 
+// loomConfig_t.cudaDev, -1 where the caller's loomConfig_t predates the field.
+int configDevice(const loomConfig_t* config) {
+  if (config && config->size >= offsetof(loomConfig_t, cudaDev) + sizeof(int))
+    return config->cudaDev;
+  return -1;
+}
+
+// dev (-1: none) as `what` names it: a CUDA device of this process.
+Status checkDeviceIndex(int dev, const std::string& what) {
+  if (dev == -1) return Status();
+  if (dev < -1)
+    return LOOM_ERROR(kInvalidArgument, "{} is {}: -1 (the first device call's) or a CUDA device",
+                      what, dev);
+  const cuda::Driver& drv = cuda::cudaDriver();
+  if (!drv.ok())
+    return LOOM_ERROR(kInvalidArgument, "{} names CUDA device {}, but {}", what, dev,
+                      drv.status.message());
+  if (dev >= drv.devices)
+    return LOOM_ERROR(kInvalidArgument, "{} names CUDA device {}; this process sees {}", what, dev,
+                      drv.devices);
+  return Status();
+}
+
 Status checkConfig(const loomConfig_t* config) {
   if (!config) return Status();
   if (config->size < offsetof(loomConfig_t, version) + sizeof(unsigned int) ||
@@ -143,11 +166,28 @@ Status checkConfig(const loomConfig_t* config) {
         kInvalidArgument,
         "config was not initialised with LOOM_CONFIG_INITIALIZER (size {}, magic {:#x})",
         config->size, config->magic);
-  return Status();
+  return checkDeviceIndex(configDevice(config), "config.cudaDev");
+}
+
+// Binds c to CUDA device dev (-1: nothing to do): its runner, streams and pinned staging are set
+// up now, during init, when no stream can wait for one of its calls yet (DeviceRunner::
+// reserveAhead). The calling thread's current context is left as it was.
+Status bindDevice(Comm* c, int dev) {
+  if (dev < 0) return Status();
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  cuda::CUcontext old = nullptr;
+  api.cuCtxGetCurrent(&old);
+  Status st = device::useDevice(dev);
+  if (st.isOk()) {
+    Result<DeviceRunner*> r = c->deviceRunner(dev);
+    st = r.isOk() ? r.value()->reserveAhead() : r.status();
+  }
+  api.cuCtxSetCurrent(old);
+  return st.withContext(fmt::format("binding the communicator to CUDA device {}", dev));
 }
 
 Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
-                const loomConfig_t* config) {
+                const loomConfig_t* config, int dev) {
   if (!out) return LOOM_ERROR(kInvalidArgument, "comm pointer is NULL");
   *out = nullptr;
   if (nranks < 1) return LOOM_ERROR(kInvalidArgument, "nranks {} must be at least 1", nranks);
@@ -161,6 +201,7 @@ Status initRank(loomComm_t* out, int nranks, const loomUniqueId& id, int rank,
   }
   logSetThreadRank(rank);
   LOOM_ASSIGN(std::unique_ptr<Comm> c, Comm::create(info, nranks, rank, config));
+  LOOM_TRY(bindDevice(c.get(), dev));
   auto* h = new loomComm();
   h->impl = std::move(c);
   *out = h;
@@ -669,13 +710,15 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
 }
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
-  return guarded("loomCommInitRank", [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+  return guarded("loomCommInitRank",
+                 [&] { return initRank(comm, nranks, commId, rank, nullptr, -1); });
 }
 
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config) {
-  return guarded("loomCommInitRankConfig",
-                 [&] { return initRank(comm, nranks, commId, rank, config); });
+  return guarded("loomCommInitRankConfig", [&] {
+    return initRank(comm, nranks, commId, rank, config, configDevice(config));
+  });
 }
 
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
@@ -688,6 +731,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     if (env.rank == 0) LOOM_TRY(startRootAt(env.id));
     logSetThreadRank(env.rank);
     LOOM_ASSIGN(std::unique_ptr<Comm> c, Comm::create(env.id, env.nranks, env.rank, config));
+    LOOM_TRY(bindDevice(c.get(), configDevice(config)));
     auto* h = new loomComm();
     h->impl = std::move(c);
     *comm = h;
@@ -699,6 +743,8 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   return guarded("loomCommInitAll", [&]() -> Status {
     if (!comms) return LOOM_ERROR(kInvalidArgument, "comms is NULL");
     if (ndev < 1) return LOOM_ERROR(kInvalidArgument, "ndev {} must be at least 1", ndev);
+    for (int r = 0; devlist && r < ndev; ++r)
+      LOOM_TRY(checkDeviceIndex(devlist[r], fmt::format("devlist[{}]", r)));
     loomUniqueId id;
     LOOM_TRY(createRootAndId(&id));
     std::vector<Status> results(ndev);
@@ -706,7 +752,7 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
     for (int r = 0; r < ndev; ++r)
       threads.emplace_back([&, r] {
         try {
-          results[r] = initRank(&comms[r], ndev, id, r, nullptr);
+          results[r] = initRank(&comms[r], ndev, id, r, nullptr, devlist ? devlist[r] : -1);
         } catch (const std::bad_alloc&) {
           results[r] = LOOM_ERROR(kSystem, "out of memory");
         }
@@ -738,6 +784,11 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     LOOM_TRY(comm->impl->quiesce());
     LOOM_ASSIGN(std::unique_ptr<Comm> c, comm->impl->split(color, key, config));
     if (c) {
+      // Its own device where the config names one, else its parent's where that has one (as
+      // NCCL's split keeps the parent's device).
+      int dev = configDevice(config);
+      if (dev < 0 && comm->impl->runner()) dev = comm->impl->runner()->device();
+      LOOM_TRY(bindDevice(c.get(), dev));
       auto* h = new loomComm();
       h->impl = std::move(c);
       *newcomm = h;

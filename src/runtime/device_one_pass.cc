@@ -86,6 +86,9 @@ DeviceOnePass::DeviceOnePass(Comm* comm, int device, cuda::CUstream stream)
     // Here, on the thread that makes the runner, not on the runner thread during a call: turning
     // peer access on may wait for the device, where a user's stream may be waiting for that call.
     if (params::kDeviceP2p.asBool()) enablePeers();
+    // And the device's speeds, which the first call prices with: measuring allocates and frees
+    // device memory, which the runner thread must not (prepare() says why).
+    if (kernels_) (void)speeds();
   }
 }
 
@@ -143,6 +146,90 @@ DeviceOnePass::~DeviceOnePass() {
   for (const Mapping& m : maps_) api.cuIpcCloseMemHandle(m.base);
 }
 
+namespace {
+
+bool sameHandle(uint32_t pid, const cuda::CUipcMemHandle& h, uint32_t pid2,
+                const cuda::CUipcMemHandle& h2) {
+  return pid == pid2 && std::memcmp(&h, &h2, sizeof(h)) == 0;
+}
+
+}  // namespace
+
+cuda::CUdeviceptr DeviceOnePass::lookup(uint32_t pid, const cuda::CUipcMemHandle& handle,
+                                        std::vector<cuda::CUdeviceptr>* held) {
+  std::lock_guard<std::mutex> lk(mapsMu_);
+  for (auto it = maps_.begin(); it != maps_.end(); ++it)
+    if (sameHandle(it->pid, it->handle, pid, handle)) {
+      maps_.splice(maps_.begin(), maps_, it);
+      ++maps_.front().busy;
+      held->push_back(maps_.front().base);
+      return maps_.front().base;
+    }
+  auto known = [&](const Wanted& w) { return sameHandle(w.pid, w.handle, pid, handle); };
+  if (std::none_of(wanted_.begin(), wanted_.end(), known) &&
+      std::none_of(opening_.begin(), opening_.end(), known) &&
+      std::none_of(unopenable_.begin(), unopenable_.end(), known))
+    wanted_.push_back({pid, handle});
+  return 0;
+}
+
+void DeviceOnePass::release(const std::vector<cuda::CUdeviceptr>& held) {
+  std::lock_guard<std::mutex> lk(mapsMu_);
+  for (cuda::CUdeviceptr b : held)
+    for (Mapping& m : maps_)
+      if (m.base == b && m.busy > 0) {
+        --m.busy;
+        break;
+      }
+}
+
+void DeviceOnePass::prepare() {
+  std::vector<Wanted> want;
+  std::vector<cuda::CUdeviceptr> close;
+  {
+    std::lock_guard<std::mutex> lk(mapsMu_);
+    want.swap(wanted_);
+    opening_ = want;
+    // Room for what opens, the least recently used idle mappings going first.
+    size_t over =
+        maps_.size() + want.size() > kMaxMappings ? maps_.size() + want.size() - kMaxMappings : 0;
+    for (auto it = maps_.end(); over > 0 && it != maps_.begin();) {
+      --it;
+      if (it->busy) continue;
+      close.push_back(it->base);
+      it = maps_.erase(it);
+      --over;
+    }
+  }
+  if (want.empty() && close.empty()) return;
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  for (cuda::CUdeviceptr b : close) api.cuIpcCloseMemHandle(b);
+  std::vector<Mapping> opened;
+  std::vector<Wanted> failed;
+  for (const Wanted& w : want) {
+    cuda::CUdeviceptr base = 0;
+    const cuda::CUresult rc =
+        api.cuIpcOpenMemHandle(&base, w.handle, cuda::kIpcMemLazyEnablePeerAccess);
+    if (rc == cuda::kSuccess) {
+      opened.push_back({w.pid, w.handle, base, 0});
+      continue;
+    }
+    // The owner freed it, or this GPU cannot map it: its calls stay staged.
+    LOOM_INFO(kSubShm,
+              "rank {}: process {}'s device buffer is not opened here ({}): its calls are "
+              "staged",
+              comm_->rank(), w.pid, cuda::cudaError(rc, "cuIpcOpenMemHandle").message());
+    failed.push_back(w);
+  }
+  std::lock_guard<std::mutex> lk(mapsMu_);
+  opening_.clear();
+  for (const Mapping& m : opened) maps_.push_front(m);
+  for (const Wanted& w : failed) {
+    unopenable_.push_back(w);
+    if (unopenable_.size() > kMaxMappings) unopenable_.pop_front();
+  }
+}
+
 bool DeviceOnePass::tries(const QueuedOp& call) const {
   const OpArgs& a = call.args;
   // Calls on host memory never try (a rank whose peers have no runner may make them).
@@ -161,23 +248,6 @@ bool DeviceOnePass::tries(const QueuedOp& call) const {
     default:
       return false;
   }
-}
-
-Result<cuda::CUdeviceptr> DeviceOnePass::open(uint32_t pid, const cuda::CUipcMemHandle& handle) {
-  for (auto it = maps_.begin(); it != maps_.end(); ++it)
-    if (it->pid == pid && std::memcmp(&it->handle, &handle, sizeof(handle)) == 0) {
-      maps_.splice(maps_.begin(), maps_, it);
-      return maps_.front().base;
-    }
-  const cuda::DriverApi& api = cuda::cudaDriver().api;
-  if (maps_.size() >= kMaxMappings) {  // between calls: nothing uses the oldest now
-    api.cuIpcCloseMemHandle(maps_.back().base);
-    maps_.pop_back();
-  }
-  cuda::CUdeviceptr base = 0;
-  LOOM_CU(api.cuIpcOpenMemHandle(&base, handle, cuda::kIpcMemLazyEnablePeerAccess));
-  maps_.push_front({pid, handle, base});
-  return base;
 }
 
 bool DeviceOnePass::peerAllowed(cuda::CUdevice peer, const std::string& peerBus) {
@@ -300,38 +370,61 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   }
 
   // Round 2 (processes, or GPUs that differ): the handles, and whether each rank reaches every
-  // other GPU peer to peer: all go on only if every one does; then each rank opens the handles of
-  // the other processes.
+  // other GPU peer to peer: all go on only if every one does. Round 3 (processes): whether each
+  // rank has the other processes' buffers open already; all go on only if every one has (the
+  // runner opens nothing: prepare()).
   std::vector<char*> ins(static_cast<size_t>(n), nullptr), outs(static_cast<size_t>(n), nullptr);
   for (int i = 0; i < n; ++i) {
     ins[i] = reinterpret_cast<char*>(recs[i].inAddr);
     outs[i] = reinterpret_cast<char*>(recs[i].outAddr);
   }
+  // The mappings this call uses stay busy until it returns (prepare closes only idle ones).
+  std::vector<cuda::CUdeviceptr> held;
+  struct Release {
+    DeviceOnePass* self;
+    std::vector<cuda::CUdeviceptr>* held;
+    ~Release() { self->release(*held); }
+  } releaseAtEnd{this, &held};
+  std::vector<Handles> handles(static_cast<size_t>(n));
   if (otherProcesses || !sameGpu) {
     mine.reach = sameGpu || reachPeers(recs.data(), n, myPid) ? 1 : 0;
     seq = comm_->nextLlSeq();
     st = ll.round(seq, &mine, sizeof(mine), roundSignature(op, 2), callNote(op), comm_->spinNs(),
                   comm_->timeoutMs());
     if (!st.isOk()) return failed(st);
-    std::vector<Handles> all(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      std::memcpy(&all[i], ll.buffer(i, seq), sizeof(Handles));
-      if (!all[i].reach) return Status();  // nothing touched yet: every rank stages
+      std::memcpy(&handles[i], ll.buffer(i, seq), sizeof(Handles));
+      if (!handles[i].reach) return Status();  // nothing touched yet: every rank stages
     }
+  }
+  if (otherProcesses) {
+    uint32_t have = 1;
     for (int i = 0; i < n; ++i) {
       if (recs[i].pid == myPid) continue;
-      const Handles& h = all[i];
-      auto place = [&](char** p, uint64_t addr, const cuda::CUipcMemHandle& handle,
-                       uint64_t off) -> Status {
-        if (!addr) return Status();
-        LOOM_ASSIGN(cuda::CUdeviceptr base, open(recs[i].pid, handle));
+      const Handles& h = handles[static_cast<size_t>(i)];
+      auto place = [&](char** p, uint64_t addr, const cuda::CUipcMemHandle& handle, uint64_t off) {
+        if (!addr) return;
+        const cuda::CUdeviceptr base = lookup(recs[i].pid, handle, &held);
+        if (base == 0) have = 0;  // wanted: the next post opens it
         *p = reinterpret_cast<char*>(base + off);
-        return Status();
       };
-      st = place(&ins[i], recs[i].inAddr, h.in, recs[i].inOff);
-      if (st.isOk()) st = place(&outs[i], recs[i].outAddr, h.out, recs[i].outOff);
-      if (!st.isOk())
-        return failed(st.withContext(fmt::format("opening rank {}'s device buffer", i)));
+      place(&ins[i], recs[i].inAddr, h.in, recs[i].inOff);
+      place(&outs[i], recs[i].outAddr, h.out, recs[i].outOff);
+    }
+    seq = comm_->nextLlSeq();
+    st = ll.round(seq, &have, sizeof(have), roundSignature(op, 4), callNote(op), comm_->spinNs(),
+                  comm_->timeoutMs());
+    if (!st.isOk()) return failed(st);
+    for (int i = 0; i < n; ++i) {
+      uint32_t theirs = 0;
+      std::memcpy(&theirs, ll.buffer(i, seq), sizeof(theirs));
+      if (!theirs) {
+        LOOM_INFO(kSubShm,
+                  "{}: staged, rank {} has not yet opened its peers' device buffers (the next "
+                  "call's post opens them)",
+                  collName(op.coll), i);
+        return Status();  // nothing touched yet: every rank stages
+      }
     }
   }
 

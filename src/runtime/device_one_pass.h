@@ -3,18 +3,22 @@
 // driver's cuDeviceCanAccessPeer, and the topology's NCCL rule of a path of PXB or better where it
 // knows the GPUs; LOOM_DEVICE_P2P=0 stages them): no host staging, no messages. Each rank reaches
 // every rank's buffers (threads of one process by address, with peer access turned on towards
-// other GPUs; other processes through CUDA IPC handles, opened once and cached, with lazy peer
-// access) and does its share with Loom's reduction kernels and the copy engines on the
-// runner's stream: an AllReduce rank reduces its slice of every input in rank order and writes the
-// result into every output; ReduceScatter and Reduce reduce a slice; AllGather, AllToAll push
-// their blocks; Broadcast pulls the root's buffer. The bytes cross the GPU's memory once.
+// other GPUs; other processes through CUDA IPC handles, opened once (on the thread that posts
+// calls) and cached, with lazy peer access) and does its share with Loom's reduction kernels and
+// the copy engines on the runner's stream: an AllReduce rank reduces its slice of every input in
+// rank order and writes the result into every output; ReduceScatter and Reduce reduce a slice;
+// AllGather, AllToAll push their blocks; Broadcast pulls the root's buffer. The bytes cross the
+// GPU's memory once.
 //
-// Three rounds of the host's low-latency exchange frame it, as the host one pass
+// Rounds of the host's low-latency exchange frame it, as the host one pass
 // (src/runtime/one_pass.h): the first publishes each rank's buffers and whether it can take this
 // path (every buffer it uses is device memory of the shared GPU that its peers can reach), and
 // every rank decides from the same records, so all run it or all fall back to staging; between
-// processes the second publishes the IPC handles; the last says every rank is done, so no rank
-// returns (and lets its stream go on to reuse its buffers) while a peer still reads or writes them.
+// processes the second publishes the IPC handles and a third says whether each rank has every
+// peer's handle open already (the runner thread opens nothing: a call that finds one unopened is
+// staged on every rank, and the next call's post opens it on the calling thread: prepare()); the
+// last says every rank is done, so no rank returns (and lets its stream go on to reuse its
+// buffers) while a peer still reads or writes them.
 //
 // With GPUs that differ, the second round (always held then) also says whether each rank reaches
 // every other GPU; if one does not, all stage. A rank's result (AllReduce) or block (AllGather)
@@ -27,14 +31,17 @@
 // Not yet: groups of calls and Send/Recv: those are staged (src/runtime/device_runner.h).
 // LOOM_DEVICE_ONE_PASS=0 turns it off.
 //
-// Threads: the communicator's runner thread only.
+// Threads: the communicator's runner thread, but prepare() (the thread that posts calls).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "src/core/status.h"
 #include "src/device/cuda_driver.h"
@@ -65,16 +72,36 @@ class DeviceOnePass {
   bool usable() const { return usable_; }
   // Runs call in one pass when every rank can; *ran false when some rank cannot (nothing happened
   // on any rank: the caller stages). On failure the communicator is marked failed.
+  // Runner thread only.
   Status run(const QueuedOp& call, bool* ran);
 
+  // On the thread that posts calls (DeviceRunner::post), never on the runner: opens the peers' IPC
+  // handles that calls found unopened, and closes the mappings beyond the cache's size. The
+  // runner thread maps nothing: a user's stream may wait for the call it runs, and the real
+  // driver's mapping calls take a lock that a thread blocked in a copy to pageable memory holds
+  // while its stream waits (NCCL opens peers' buffers at enqueue or connection time too, and
+  // closes legacy IPC mappings only once its streams are synchronized).
+  void prepare();
+
  private:
-  // A peer's allocation opened in this process: its base here, by (pid, handle).
+  // A peer's allocation opened in this process: its base here, by (pid, handle); busy while a
+  // call of the runner uses it (prepare closes only idle ones).
   struct Mapping {
     uint32_t pid;
     cuda::CUipcMemHandle handle;
     cuda::CUdeviceptr base;
+    int busy;
   };
-  Result<cuda::CUdeviceptr> open(uint32_t pid, const cuda::CUipcMemHandle& handle);
+  struct Wanted {
+    uint32_t pid;
+    cuda::CUipcMemHandle handle;
+  };
+  // The base of (pid, handle)'s mapping, marked busy (and appended to *held), or 0 where it is not
+  // open yet: then it is wanted, and the next prepare() opens it. Runner thread.
+  cuda::CUdeviceptr lookup(uint32_t pid, const cuda::CUipcMemHandle& handle,
+                           std::vector<cuda::CUdeviceptr>* held);
+  // Marks the mappings lookup() returned idle again.
+  void release(const std::vector<cuda::CUdeviceptr>& held);
   // Whether device `peer` (bus id peerBus) may be reached from this one peer to peer:
   // LOOM_DEVICE_P2P, the driver's answer (cuDeviceCanAccessPeer) and the topology's where it knows
   // both GPUs (a path of PXB or better).
@@ -87,7 +114,7 @@ class DeviceOnePass {
   // How this rank writes the outputs of op (sameGpu: every rank on this GPU).
   OnePassCopies copiesFor(const OpArgs& op, bool sameGpu);
   // The device's measured speeds (a few milliseconds of copies and kernels on the device, on a
-  // stream of their own, once per device and process, at the first one pass); null where they
+  // stream of their own, once per device and process, when the runner starts); null where they
   // could not be measured.
   const device::DeviceSpeeds* speeds();
   // Whether this rank's plan (planDeviceCall, as --plan shows it) prices the one pass of op no
@@ -107,7 +134,11 @@ class DeviceOnePass {
   bool kernels_ = false;         // Loom's kernels load on this GPU
   device::DeviceSpeeds speeds_;  // speeds(), once measured
   bool speedsTried_ = false, speedsOk_ = false;
-  std::list<Mapping> maps_;  // most recent first; at most kMaxMappings
+  std::mutex mapsMu_;           // maps_, wanted_, opening_, unopenable_: no driver call under it
+  std::list<Mapping> maps_;     // most recent first; at most kMaxMappings idle ones after prepare()
+  std::vector<Wanted> wanted_;  // for prepare() to open
+  std::vector<Wanted> opening_;    // what prepare() is opening now (not wanted again meanwhile)
+  std::deque<Wanted> unopenable_;  // opens that failed (the last kMaxMappings): not asked again
 };
 
 }  // namespace loom

@@ -222,6 +222,7 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
   job->calls = std::move(calls);
   job->streams = std::move(streams);
   LOOM_TRY(device::useDevice(device_));
+  onePass_->prepare();  // the peers' IPC handles a call found unopened: here, not on the runner
   LOOM_TRY(reserveStaging(job.get()));
   if (!job->streams.empty()) {
     // The first stream carries the handoff; the others join it before and after (events), as a
@@ -345,9 +346,35 @@ void DeviceRunner::loop() {
 Status DeviceRunner::reserveStaging(Job* job) {
   if (comm_->deviceSchedule()) {  // GPUDirect RDMA: nothing is staged (runOnSchedule)
     job->plans.assign(job->calls.size(), StagePlan{});
-    return Status();
+    // The schedule's device scratch instead, here rather than on the runner: the built-in
+    // algorithms' schedules need at most about twice a call's larger buffer (partial sums, and
+    // the pieces they receive to reduce); one that needs more grows it there (deviceScratch).
+    size_t need = 0;
+    for (const QueuedOp& q : job->calls) {
+      if (!(q.inDevice || q.outDevice)) continue;
+      const CollCounts c = collCounts(q.args.coll, q.args.count, comm_->nranks());
+      need += alignUp(2 * std::max(c.input, c.output) * dataTypeSize(q.args.dtype));
+    }
+    return growScratch(need);
   }
   const size_t need = planStaging(job->calls, comm_->nranks(), stageChunk_, &job->plans);
+  LOOM_TRY(growStaging(need));
+  job->staging = pinned_;
+  job->stagingBytes = pinnedBytes_;
+  return Status();
+}
+
+Status DeviceRunner::reserveAhead() {
+  if (comm_->deviceSchedule() || stageChunk_ == 0) return Status();
+  // A pipelined call takes kSlots slots of its rows' chunks in and out, each row's chunk at most
+  // max(kMinRowChunk, chunk / rows) (pipelineOf); a call staged whole is under two chunks per row
+  // each way. Rows: nranks at most.
+  const size_t rows = static_cast<size_t>(comm_->nranks());
+  const size_t slot = alignUp(std::max(rows * kMinRowChunk, stageChunk_) + kAlign);
+  return growStaging(kSlots * 2 * slot);
+}
+
+Status DeviceRunner::growStaging(size_t need) {
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   if (need > pinnedBytes_) {
     const size_t want = std::max(need, pinnedBytes_ * 2);
@@ -366,8 +393,6 @@ Status DeviceRunner::reserveStaging(Job* job) {
     pinned_ = static_cast<char*>(p);
     pinnedBytes_ = want;
   }
-  job->staging = pinned_;
-  job->stagingBytes = pinnedBytes_;
   return Status();
 }
 
@@ -522,20 +547,45 @@ Status DeviceRunner::runPipelined(const QueuedOp& call, const StagePlan& p, char
   return st;
 }
 
-Result<char*> DeviceRunner::deviceScratch(size_t bytes) {
-  if (bytes > scratchBytes_) {
-    const size_t want = std::max(bytes, scratchBytes_ * 2);
-    cuda::CUdeviceptr p = 0;
-    const cuda::CUresult rc = cuda::cudaDriver().api.cuMemAlloc(&p, want);
-    if (rc != cuda::kSuccess)
-      return cuda::cudaError(rc, "cuMemAlloc")
-          .withContext(fmt::format("rank {}: {} bytes of device scratch for a schedule on device "
-                                   "memory",
-                                   comm_->rank(), want));
-    if (scratch_) outgrownScratch_.push_back(scratch_);
-    scratch_ = p;
-    scratchBytes_ = want;
+Status DeviceRunner::growScratch(size_t bytes) {
+  size_t want = 0;
+  {
+    std::lock_guard<std::mutex> lk(scratchMu_);
+    if (bytes <= scratchBytes_) return Status();
+    want = std::max(bytes, scratchBytes_ * 2);
   }
+  cuda::CUdeviceptr p = 0;
+  const cuda::CUresult rc = cuda::cudaDriver().api.cuMemAlloc(&p, want);
+  if (rc != cuda::kSuccess)
+    return cuda::cudaError(rc, "cuMemAlloc")
+        .withContext(fmt::format("rank {}: {} bytes of device scratch for a schedule on device "
+                                 "memory",
+                                 comm_->rank(), want));
+  std::lock_guard<std::mutex> lk(scratchMu_);
+  if (want <= scratchBytes_) {  // the other thread grew it meanwhile
+    outgrownScratch_.push_back(p);
+    return Status();
+  }
+  if (scratch_) outgrownScratch_.push_back(scratch_);
+  scratch_ = p;
+  scratchBytes_ = want;
+  return Status();
+}
+
+Result<char*> DeviceRunner::deviceScratch(size_t bytes) {
+  bool grown = false;
+  {
+    std::lock_guard<std::mutex> lk(scratchMu_);
+    grown = bytes > scratchBytes_;
+  }
+  if (grown) {
+    LOOM_INFO(kSubInit,
+              "rank {}: a schedule on device memory needs {} bytes of device scratch, more than "
+              "its post reserved: allocated on the runner thread",
+              comm_->rank(), bytes);
+    LOOM_TRY(growScratch(bytes));
+  }
+  std::lock_guard<std::mutex> lk(scratchMu_);
   return reinterpret_cast<char*>(scratch_);
 }
 

@@ -62,9 +62,19 @@ class DeviceRunner {
   // work on the schedule path).
   cuda::CUstream workStream() const { return stream_; }
   // Device memory for the executor's scratch and staging on the schedule path (runner thread):
-  // grown as needed; what it outgrows is kept until the runner goes (cuMemFree waits for the whole
-  // device, which may be waiting for this very call).
+  // post() reserves what a job's calls should need (reserveStaging); a schedule that needs more
+  // grows it here, on the runner (the hazard reserveStaging describes). What it outgrows is kept
+  // until the runner goes (cuMemFree waits for the whole device, which may be waiting for this
+  // very call).
   Result<char*> deviceScratch(size_t bytes);
+
+  // Reserves now, on the calling thread, the pinned staging memory that any single call of this
+  // communicator needs (LOOM_DEVICE_STAGE_CHUNK bounds it: about 6 chunks; nothing where calls
+  // are staged whole or run on the schedule), so that none of its calls allocates: for a
+  // communicator bound to its device at init (loomConfig_t.cudaDev). The driver's allocations
+  // wait while another thread is blocked in a copy to pageable memory, which may wait for a call
+  // of this rank (ranks as threads). A group that needs more grows it when posted.
+  Status reserveAhead();
 
   struct Job;
   // Queues calls (one call, or a group's calls on this communicator) in issue order, with the
@@ -127,8 +137,12 @@ class DeviceRunner {
   // job. The real driver's allocations take a lock that a blocking call of another thread may
   // hold while it waits for that stream (a copy to pageable memory), and cuMemFreeHost waits for
   // the whole device: either deadlocks there (seen on an H200). Nothing is freed before the runner
-  // goes.
+  // goes. On the schedule path (GPUDirect RDMA) it reserves the device scratch instead.
   Status reserveStaging(Job* job);
+  // Makes the staging buffer at least need bytes (growing it geometrically); the calling thread.
+  Status growStaging(size_t need);
+  // Makes the device scratch at least bytes (geometrically); post's thread or the runner's.
+  Status growScratch(size_t bytes);
   void finish(Job* job, Status st);
 
   Comm* comm_;
@@ -146,6 +160,7 @@ class DeviceRunner {
   char* pinned_ = nullptr;  // the staging buffer new jobs get (reserveStaging)
   size_t pinnedBytes_ = 0;
   std::vector<char*> outgrown_;    // earlier staging buffers, freed with the runner
+  std::mutex scratchMu_;           // the three below: grown by post's thread and the runner
   cuda::CUdeviceptr scratch_ = 0;  // deviceScratch's
   size_t scratchBytes_ = 0;
   std::vector<cuda::CUdeviceptr> outgrownScratch_;

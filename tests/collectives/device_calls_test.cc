@@ -436,7 +436,10 @@ TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
 }
 
 // One rank's AllReduce of n floats on device `dev` (its buffers and stream there), out of place
-// then in place, every element checked; "" or what went wrong.
+// then in place, every element checked; "" or what went wrong. The result is read back once the
+// stream is done: ranks as threads allocate their buffers here, and an allocation waits while
+// another thread is blocked in a copy to pageable memory (the driver's mapping lock), which would
+// wait for this rank's call.
 std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, size_t n) {
   DevBuf a(n * 4, dev), b(n * 4, dev);
   Stream s(dev);
@@ -448,6 +451,7 @@ std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, si
     void* out = inPlace ? a.ptr() : b.ptr();
     loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
     if (r != loomSuccess) return "allreduce: " + outcome(r);
+    if (loom::cuda::cudaDriver().api.cuStreamSynchronize(s.s) != 0) return "cuStreamSynchronize";
     std::vector<float> got = (inPlace ? a : b).get(n, s.s);
     for (size_t i = 0; i < n; ++i) {
       const float want = static_cast<float>(nranks * (nranks + 1) / 2 + nranks * (i % 5));
@@ -483,7 +487,9 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
   for (const char* p2p : {"1", "0"}) {
     setParam("LOOM_DEVICE_P2P", p2p);
     const bool on = p2p[0] == '1';
-    ThreadRanks tr(2);
+    // Bound at init: each thread reads its result back at once by a copy to pageable memory,
+    // during which the other's first device call could allocate nothing (the mapping lock).
+    ThreadRanks tr(2, {0, 1 % gpus});
     ASSERT_TRUE(tr.ok()) << tr.error();
     const long long launches = fakeCount("kernel_launches");
     std::string err = tr.run([&](int rank, loomComm_t comm) {
@@ -544,7 +550,7 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
     ~Restore() { setParam("LOOM_DEVICE_ONE_PASS", nullptr); }
   } restore;
   const int nranks = 3;
-  ThreadRanks tr(nranks);
+  ThreadRanks tr(nranks, {0, 0, 0});  // bound at init (see OnePassAcrossGpus...)
   ASSERT_TRUE(tr.ok()) << tr.error();
   const long long launches = fakeCount("kernel_launches");
   const long long lazyLoads = fakeCount("lazy_loads");
@@ -559,6 +565,71 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
     // the call (which hangs a real driver with lazy loading).
     EXPECT_EQ(fakeCount("lazy_loads") - lazyLoads, 0);
   }
+}
+
+// Ranks as threads bound to their device at init (loomCommInitAll's devlist): every call after
+// that, staged whole or pipelined (LOOM_DEVICE_ONE_PASS=0), allocates nothing, host or device:
+// the staging was reserved at init, so no rank's call waits on the driver's mapping lock while
+// another rank's thread reads its result back by a copy to pageable memory (each does, at once).
+// A bad devlist or config.cudaDev is refused with the reason.
+TEST(DeviceCalls, RanksBoundAtInitAllocateNothingLater) {
+  SKIP_WITHOUT_CUDA();
+  setParam("LOOM_DEVICE_ONE_PASS", "0");
+  struct Restore {
+    ~Restore() { setParam("LOOM_DEVICE_ONE_PASS", nullptr); }
+  } restore;
+  {
+    ThreadRanks tr(2, {0, 0});
+    ASSERT_TRUE(tr.ok()) << tr.error();
+    const size_t big = size_t(3) << 20;  // 12 MiB: pipelined in 4 MiB chunks
+    // Buffers and streams made here, not on the rank threads (allReduceOnDevice says why).
+    std::vector<std::unique_ptr<DevBuf>> bufs;
+    std::vector<std::unique_ptr<Stream>> streams;
+    for (int r = 0; r < 2; ++r) {
+      bufs.push_back(std::make_unique<DevBuf>(big * 4, 0));
+      streams.push_back(std::make_unique<Stream>(0));
+      ASSERT_TRUE(bufs.back()->ok() && streams.back()->s);
+    }
+    const long long pinned = fakeCount("host_allocations"), dev = fakeCount("allocations");
+    for (size_t n : {size_t(1000), big}) {
+      for (int r = 0; r < 2; ++r)
+        ASSERT_TRUE(bufs[r]->put(std::vector<float>(n, static_cast<float>(r + 1))));
+      std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+        if (!loom::device::useDevice(0).isOk()) return "useDevice failed";
+        void* p = bufs[rank]->ptr();
+        CUstream s = streams[rank]->s;
+        if (loomAllReduce(p, p, n, loomFloat32, loomSum, comm, s) != loomSuccess)
+          return std::string("allreduce: ") + loomGetLastError();
+        std::vector<float> got = bufs[rank]->get(n, s);  // at once: pageable, while it runs
+        for (size_t i = 0; i < n; ++i)
+          if (got[i] != 3.0f)
+            return "rank " + std::to_string(rank) + ": element " + std::to_string(i) + " is " +
+                   std::to_string(got[i]);
+        return "";
+      });
+      EXPECT_EQ(err, "") << n << " floats";
+      if (pinned >= 0) {  // live counts
+        EXPECT_EQ(fakeCount("host_allocations"), pinned) << n << " floats: staging allocated";
+        EXPECT_EQ(fakeCount("allocations"), dev) << n << " floats: device memory allocated";
+      }
+    }
+  }
+  loomComm_t comms[2] = {nullptr, nullptr};
+  const int bad[2] = {0, 99};
+  EXPECT_EQ(loomCommInitAll(comms, 2, bad), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError()).find("devlist[1] names CUDA device 99"),
+            std::string::npos)
+      << loomGetLastError();
+  EXPECT_EQ(comms[0], nullptr);
+  loomUniqueId id;
+  ASSERT_EQ(loomGetUniqueId(&id), loomSuccess);
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.cudaDev = -3;
+  loomComm_t c = nullptr;
+  EXPECT_EQ(loomCommInitRankConfig(&c, 1, id, 0, &cfg), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError()).find("config.cudaDev is -3"), std::string::npos)
+      << loomGetLastError();
+  EXPECT_EQ(c, nullptr);
 }
 
 // Every collective but Send/Recv, in place and out of place, float32 sum of f32Count and bfloat16
@@ -871,7 +942,6 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     const bool on =
         flag("LOOM_DEVICE_ONE_PASS", true) &&
         (gpus < 2 || !flag("LOOMTEST_RANK_DEVICES", false) || flag("LOOM_DEVICE_P2P", true));
-    const long long maps0 = fakeCount("ipc_mappings"), launches0 = fakeCount("kernel_launches");
     const size_t big = size_t(1) << 20;
     DevBuf a(big * 4, dev), b(big * 4, dev);
     Stream rs(dev);
@@ -879,7 +949,22 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     std::vector<float> mine(big);
     for (size_t i = 0; i < big; ++i) mine[i] = static_cast<float>(rank + 1 + i % 7);
     if (!a.ok() || !b.ok() || !rs.s || !a.put(mine)) return 21;
-    for (bool inPlace : {false, true}) {
+    {
+      // A first call on other buffers starts the runner (which measures the device's speeds with
+      // kernels of its own) before the counts.
+      DevBuf w(4, dev);
+      if (!w.ok() ||
+          loomAllReduce(w.ptr(), w.ptr(), 1, loomFloat32, loomSum, comm, rs.s) != loomSuccess ||
+          cuda::cudaDriver().api.cuStreamSynchronize(rs.s) != 0)
+        return failedNaming("first allreduce", "");
+    }
+    const long long maps0 = fakeCount("ipc_mappings"), launches0 = fakeCount("kernel_launches");
+    // Twice: the first call on new buffers between processes is staged (the runner opens no IPC
+    // handle) and the next call's post opens them. Each result is read back at once by a copy to
+    // pageable memory on the stream, which holds the driver's mapping lock while the stream waits
+    // for the call: a runner that mapped memory would hang there.
+    for (bool inPlace : {false, true, false, true}) {
+      if (!inPlace && !a.put(mine)) return 21;  // the in-place call before overwrote it
       DevBuf& outBuf = inPlace ? a : b;
       if (loomAllReduce(a.ptr(), outBuf.ptr(), big, loomFloat32, loomSum, comm, rs.s) !=
           loomSuccess)

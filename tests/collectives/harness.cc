@@ -346,8 +346,8 @@ std::string runCase(loomComm_t comm, int rank, int n, const Case& c) {
   return "";
 }
 
-ThreadRanks::ThreadRanks(int n) : comms_(n, nullptr) {
-  loomResult_t r = loomCommInitAll(comms_.data(), n, nullptr);
+ThreadRanks::ThreadRanks(int n, const std::vector<int>& devices) : comms_(n, nullptr) {
+  loomResult_t r = loomCommInitAll(comms_.data(), n, devices.empty() ? nullptr : devices.data());
   ok_ = r == loomSuccess;
   if (!ok_) error_ = std::string(loomGetErrorString(r)) + ": " + loomGetLastError();
 }

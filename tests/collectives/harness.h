@@ -44,10 +44,11 @@ std::vector<size_t> standardCounts(int nranks);
 // Returns "" on success, else a message naming the case, the rank and the first wrong element.
 std::string runCase(loomComm_t comm, int rank, int nranks, const Case& c);
 
-// N ranks as threads of this process.
+// N ranks as threads of this process; devices (empty or n of them): rank r bound to CUDA device
+// devices[r] at init (loomCommInitAll's devlist).
 class ThreadRanks {
  public:
-  explicit ThreadRanks(int n);
+  explicit ThreadRanks(int n, const std::vector<int>& devices = {});
   ~ThreadRanks();
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }

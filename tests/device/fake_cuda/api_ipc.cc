@@ -149,6 +149,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned flags) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || (flags & ~kIpcMemLazyEnablePeerAccess) != 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(waitForMappingLock("cuIpcOpenMemHandle"));
   return inContext([&](Context* c) {
     IpcHandle h;
     std::memcpy(&h, handle.reserved, sizeof(h));
@@ -191,6 +192,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigne
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
+  FAKECUDA_TRY(waitForMappingLock("cuIpcCloseMemHandle"));
   return inContext([&](Context* c) {
     std::shared_ptr<Region> gone;
     {

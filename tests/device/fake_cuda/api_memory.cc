@@ -48,6 +48,7 @@ extern "C" {
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || bytes == 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(waitForMappingLock("cuMemAlloc"));
   return inContext([&](Context* c) {
     const size_t span = roundUp(bytes, kGranularity);
     std::shared_ptr<Backing> b;
@@ -85,6 +86,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
   FAKECUDA_ENTRY();
   if (pp == nullptr || bytes == 0 || (flags & ~kHostAllocFlags) != 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(waitForMappingLock("cuMemHostAlloc"));
   return inContext([&](Context* c) {
     void* p = ::mmap(nullptr, roundUp(bytes, pageSize()), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

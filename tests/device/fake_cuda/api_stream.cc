@@ -227,8 +227,13 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream 
       count(kCopies);
       return kSuccess;
     }));
-    if (to.target == Target::kPageable && s->capture.load() == kCaptureStatusNone)
-      return s->synchronize();
+    if (to.target == Target::kPageable && s->capture.load() == kCaptureStatusNone) {
+      // Blocking until the stream gets here, holding the mapping lock (waitForMappingLock).
+      state().pageableCopies.fetch_add(1, std::memory_order_acq_rel);
+      const CUresult rc = s->synchronize();
+      state().pageableCopies.fetch_sub(1, std::memory_order_acq_rel);
+      return rc;
+    }
     return kSuccess;
   });
 }

@@ -326,4 +326,17 @@ CUresult waitForDeviceWaits(const char* what, const char* advice) {
                    });
 }
 
+CUresult waitForMappingLock(const char* what) {
+  return waitWhile(
+      [] { return state().pageableCopies.load(std::memory_order_acquire) > 0; },
+      [what](long ms) {
+        std::fprintf(stderr,
+                     "fakecuda: %s takes the driver's mapping lock, which %d blocking copy(ies) to "
+                     "pageable memory have held for %ld ms while waiting for their stream: a real "
+                     "driver hangs here (allocate and map memory on a thread that no stream waits "
+                     "for)\n",
+                     what, state().pageableCopies.load(), ms);
+      });
+}
+
 }  // namespace fakecuda

@@ -184,6 +184,9 @@ struct State {
   long long launches = 0;  // under faultMu
 
   std::atomic<long long> counters[kNumCounters] = {};
+  // Threads in a blocking copy to pageable memory waiting for their stream (holding the driver's
+  // mapping lock: waitForMappingLock).
+  std::atomic<int> pageableCopies{0};
 };
 
 // The process's state, created on first use and never destroyed (worker threads may outlive
@@ -201,6 +204,13 @@ CUresult waitForDeviceWaits(const char* what, const char* advice);
 // (LOOMTEST_FAKECUDA_LOAD_WAIT_MS) still waiting, aborts saying a real driver hangs there, or
 // returns kErrorNotPermitted where that variable is set.
 CUresult waitForIdleContext(Context* c, const char* what);
+// What the real driver does where an operation allocates or maps memory (cuMemAlloc,
+// cuMemHostAlloc, cuIpcOpenMemHandle, cuIpcCloseMemHandle): it takes a lock that a thread blocked
+// in a copy to pageable memory holds while the copy waits for its stream (seen on an H200: the
+// pinned allocation of a thread that the stream waited for hung). Waits while another thread is in
+// such a copy; past 5 s (LOOMTEST_FAKECUDA_LOAD_WAIT_MS) the hang's clear form, as
+// waitForDeviceWaits.
+CUresult waitForMappingLock(const char* what);
 
 inline void count(Counter c, long long delta = 1) {
   state().counters[c].fetch_add(delta, std::memory_order_relaxed);
