@@ -346,14 +346,33 @@ void DeviceRunner::loop() {
 Status DeviceRunner::reserveStaging(Job* job) {
   if (comm_->deviceSchedule()) {  // GPUDirect RDMA: nothing is staged (runOnSchedule)
     job->plans.assign(job->calls.size(), StagePlan{});
-    // The schedule's device scratch instead, here rather than on the runner: the built-in
-    // algorithms' schedules need at most about twice a call's larger buffer (partial sums, and
-    // the pieces they receive to reduce); one that needs more grows it there (deviceScratch).
+    // The schedule's device scratch instead, here rather than on the runner. What the built-in
+    // algorithms' schedules need, in units of the call's larger buffer: to reduce, up to two of
+    // partial sums and one per step that receives a piece to reduce (log2 n for recursive
+    // doubling or a binomial tree, chosen for small calls; under 2 in all for ring and
+    // halving-doubling, chosen for large ones); 3 for an all-to-all (Bruck's rotated blocks); 1 for
+    // the rest. And a stand-in for a buffer the rank does not pass (non-root Reduce output,
+    // non-root Broadcast input), a point-to-point's own count (a receive that overlaps a send of
+    // its group), and a few aligned pieces. One that needs more grows it there (deviceScratch), and
+    // says so.
+    int log2n = 0;
+    while ((1 << log2n) < comm_->nranks()) ++log2n;
     size_t need = 0;
     for (const QueuedOp& q : job->calls) {
       if (!(q.inDevice || q.outDevice)) continue;
-      const CollCounts c = collCounts(q.args.coll, q.args.count, comm_->nranks());
-      need += alignUp(2 * std::max(c.input, c.output) * dataTypeSize(q.args.dtype));
+      const OpArgs& a = q.args;
+      const CollCounts c = collCounts(a.coll, a.count, comm_->nranks());
+      const size_t es = dataTypeSize(a.dtype), larger = std::max(c.input, c.output);
+      size_t units = 1;
+      if (a.coll == CollKind::kAllToAll) units = 3;
+      if (a.coll == CollKind::kAllReduce || a.coll == CollKind::kReduceScatter ||
+          a.coll == CollKind::kReduce)
+        units = larger * es <= (1u << 20) ? static_cast<size_t>(2 + log2n) : 2;
+      size_t elems = units * larger;
+      if (!a.sendbuff) elems += c.input;
+      if (!a.recvbuff) elems += c.output;
+      if (a.coll == CollKind::kSendRecv) elems += a.count;
+      need += alignUp(elems * es) + 4096;
     }
     return growScratch(need);
   }

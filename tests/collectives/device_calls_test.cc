@@ -436,11 +436,13 @@ TEST(DeviceCalls, OnePassOverThePeersDeviceBuffersAndStagedWhenOff) {
 }
 
 // One rank's AllReduce of n floats on device `dev` (its buffers and stream there), out of place
-// then in place, every element checked; "" or what went wrong. The result is read back once the
-// stream is done: ranks as threads allocate their buffers here, and an allocation waits while
-// another thread is blocked in a copy to pageable memory (the driver's mapping lock), which would
-// wait for this rank's call.
-std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, size_t n) {
+// then in place, every element checked; "" or what went wrong. A rank in a process of its own
+// reads each result back at once, by a copy to pageable memory that waits for the call while
+// holding the driver's mapping lock (so the runner must allocate and map nothing); ranks as
+// threads (threads) read it once the stream is done, since they allocate their buffers here, and
+// an allocation would wait for another rank's copy, which waits for this rank's call.
+std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, size_t n,
+                              bool threads) {
   DevBuf a(n * 4, dev), b(n * 4, dev);
   Stream s(dev);
   if (!loom::device::useDevice(dev).isOk()) return "useDevice failed";
@@ -451,7 +453,8 @@ std::string allReduceOnDevice(int rank, int nranks, loomComm_t comm, int dev, si
     void* out = inPlace ? a.ptr() : b.ptr();
     loomResult_t r = loomAllReduce(a.ptr(), out, n, loomFloat32, loomSum, comm, s.s);
     if (r != loomSuccess) return "allreduce: " + outcome(r);
-    if (loom::cuda::cudaDriver().api.cuStreamSynchronize(s.s) != 0) return "cuStreamSynchronize";
+    if (threads && loom::cuda::cudaDriver().api.cuStreamSynchronize(s.s) != 0)
+      return "cuStreamSynchronize";
     std::vector<float> got = (inPlace ? a : b).get(n, s.s);
     for (size_t i = 0; i < n; ++i) {
       const float want = static_cast<float>(nranks * (nranks + 1) / 2 + nranks * (i % 5));
@@ -493,7 +496,7 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
     ASSERT_TRUE(tr.ok()) << tr.error();
     const long long launches = fakeCount("kernel_launches");
     std::string err = tr.run([&](int rank, loomComm_t comm) {
-      return allReduceOnDevice(rank, 2, comm, rank % gpus, n);
+      return allReduceOnDevice(rank, 2, comm, rank % gpus, n, true);
     });
     EXPECT_EQ(err, "") << "LOOM_DEVICE_P2P=" << p2p;
     if (launches >= 0) {
@@ -556,7 +559,7 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   const long long lazyLoads = fakeCount("lazy_loads");
   const size_t n = 10007;  // slices of unequal length
   std::string err = tr.run(
-      [&](int rank, loomComm_t comm) { return allReduceOnDevice(rank, nranks, comm, 0, n); });
+      [&](int rank, loomComm_t comm) { return allReduceOnDevice(rank, nranks, comm, 0, n, true); });
   EXPECT_EQ(err, "");
   if (launches >= 0) {
     EXPECT_GE(fakeCount("kernel_launches") - launches, 2 * nranks)
@@ -919,7 +922,7 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     // device memory (GPUDirect), or none run (staged).
     const bool gdr = getenv("LOOM_DEVICE_GDR") && atoi(getenv("LOOM_DEVICE_GDR")) != 0;
     const long long launches0 = fakeCount("kernel_launches");
-    const std::string err = allReduceOnDevice(rank, n, comm, 0, 100003);
+    const std::string err = allReduceOnDevice(rank, n, comm, 0, 100003, false);
     if (!err.empty()) {
       fprintf(stderr, "rank %d: %s\n", rank, err.c_str());
       return 1;
