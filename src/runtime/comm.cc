@@ -360,6 +360,13 @@ void Comm::computeLocality() {
   deviceSchedule_ = findDeviceSchedule();
 }
 
+bool Comm::sharesProcess() const {
+  const PeerInfo& me = peers_[rank_];
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && peers_[r].pid == me.pid && peers_[r].hostId == me.hostId) return true;
+  return false;
+}
+
 std::string Comm::describe(int r) const {
   if (r < 0 || r >= static_cast<int>(peers_.size())) return fmt::format("rank {}", r);
   const PeerInfo& p = peers_[r];

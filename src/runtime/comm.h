@@ -123,6 +123,8 @@ class Comm {
   bool allLocal() const;
   // Every rank is a thread of this process (shared memory's finding; false without it).
   bool oneProcess() const { return oneProcess_; }
+  // Some other rank of this communicator is a thread of this process.
+  bool sharesProcess() const;
   // Sequence number of the next low-latency operation (the same on every rank).
   uint64_t nextLlSeq() { return ++llSeq_; }
   // The memory handle transport t wants for [p, p + n) on connection conn: a registered buffer's

@@ -302,7 +302,27 @@ bool DeviceOnePass::reachPeers(const void* records, int n, uint32_t myPid) {
   return true;
 }
 
-Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
+DeviceOnePass::Exported DeviceOnePass::exportBuffers(const QueuedOp& call) const {
+  Exported ex;
+  if (comm_->oneProcess()) return ex;  // threads reach each other by address
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  auto one = [&](const void* p, bool device, cuda::CUipcMemHandle* h, uint64_t* off) {
+    cuda::CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!device || !p || !api.cuIpcGetMemHandle ||
+        api.cuMemGetAddressRange(&base, &size, reinterpret_cast<cuda::CUdeviceptr>(p)) !=
+            cuda::kSuccess ||
+        api.cuIpcGetMemHandle(h, base) != cuda::kSuccess)
+      return false;
+    *off = reinterpret_cast<uint64_t>(p) - base;
+    return true;
+  };
+  ex.inOk = one(call.args.sendbuff, call.inDevice, &ex.in, &ex.inOff);
+  ex.outOk = one(call.args.recvbuff, call.outDevice, &ex.out, &ex.outOff);
+  return ex;
+}
+
+Status DeviceOnePass::run(const QueuedOp& call, const Exported& exported, bool* ran) {
   *ran = false;
   const OpArgs& op = call.args;
   const cuda::DriverApi& api = cuda::cudaDriver().api;
@@ -325,22 +345,22 @@ Status DeviceOnePass::run(const QueuedOp& call, bool* ran) {
   Handles mine{};
   const bool otherProcesses = !comm_->oneProcess();
   auto describe = [&](const void* p, bool device, uint64_t* addr, uint64_t* off,
-                      cuda::CUipcMemHandle* h) {
+                      cuda::CUipcMemHandle* h, bool exOk, const cuda::CUipcMemHandle& exH,
+                      uint64_t exOff) {
     if (!device || call.device != device_) return false;  // kinds and device: checkDevice's
     *addr = reinterpret_cast<uint64_t>(p);
     if (!otherProcesses) return true;
-    cuda::CUdeviceptr base = 0;
-    size_t size = 0;
-    if (!api.cuIpcGetMemHandle || api.cuMemGetAddressRange(&base, &size, *addr) != cuda::kSuccess ||
-        api.cuIpcGetMemHandle(h, base) != cuda::kSuccess)
-      return false;  // not IPC-capable memory (a VMM mapping, say): staged
-    *off = *addr - base;
+    if (!exOk) return false;  // not IPC-capable memory (a VMM mapping, say): staged
+    *h = exH;
+    *off = exOff;
     return true;
   };
   if (usesIn(me))
-    can = can && describe(op.sendbuff, call.inDevice, &rec.inAddr, &rec.inOff, &mine.in);
+    can = can && describe(op.sendbuff, call.inDevice, &rec.inAddr, &rec.inOff, &mine.in,
+                          exported.inOk, exported.in, exported.inOff);
   if (usesOut(me))
-    can = can && describe(op.recvbuff, call.outDevice, &rec.outAddr, &rec.outOff, &mine.out);
+    can = can && describe(op.recvbuff, call.outDevice, &rec.outAddr, &rec.outOff, &mine.out,
+                          exported.outOk, exported.out, exported.outOff);
   // Last: pricing measures the device's speeds the first time.
   can = can && plannedHere(op);
   rec.flags = can ? kCan : 0;

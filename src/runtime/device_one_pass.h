@@ -70,10 +70,20 @@ class DeviceOnePass {
   bool tries(const QueuedOp& call) const;
   // Whether it may run at all here (one host, shared memory between the ranks, the parameter).
   bool usable() const { return usable_; }
+  // What a call's own device buffers are to the other processes: the IPC handles of their
+  // allocations and the offsets into them; ok false for a buffer that is not IPC-capable memory
+  // (a VMM mapping, say: the call is staged). Found when the call is posted, on the calling
+  // thread (exportBuffers), so that the runner asks the driver for no handle either.
+  struct Exported {
+    bool inOk = false, outOk = false;
+    cuda::CUipcMemHandle in{}, out{};
+    uint64_t inOff = 0, outOff = 0;
+  };
+  Exported exportBuffers(const QueuedOp& call) const;
   // Runs call in one pass when every rank can; *ran false when some rank cannot (nothing happened
-  // on any rank: the caller stages). On failure the communicator is marked failed.
-  // Runner thread only.
-  Status run(const QueuedOp& call, bool* ran);
+  // on any rank: the caller stages). mine: exportBuffers(call), made when it was posted. On
+  // failure the communicator is marked failed. Runner thread only.
+  Status run(const QueuedOp& call, const Exported& mine, bool* ran);
 
   // On the thread that posts calls (DeviceRunner::post), never on the runner: opens the peers' IPC
   // handles that calls found unopened, and closes the mappings beyond the cache's size. The

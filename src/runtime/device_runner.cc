@@ -222,7 +222,11 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
   job->calls = std::move(calls);
   job->streams = std::move(streams);
   LOOM_TRY(device::useDevice(device_));
-  onePass_->prepare();  // the peers' IPC handles a call found unopened: here, not on the runner
+  // The driver's IPC calls here, not on the runner: the peers' handles a call found unopened,
+  // and this call's own.
+  onePass_->prepare();
+  if (job->calls.size() == 1 && onePass_->tries(job->calls[0]))
+    job->exported = onePass_->exportBuffers(job->calls[0]);
   LOOM_TRY(reserveStaging(job.get()));
   if (!job->streams.empty()) {
     // The first stream carries the handoff; the others join it before and after (events), as a
@@ -384,7 +388,9 @@ Status DeviceRunner::reserveStaging(Job* job) {
 }
 
 Status DeviceRunner::reserveAhead() {
-  if (comm_->deviceSchedule() || stageChunk_ == 0) return Status();
+  // Only ranks as threads need it: a rank alone in its process allocates on the thread that posts
+  // its own calls, which no other rank's thread holds up.
+  if (comm_->deviceSchedule() || stageChunk_ == 0 || !comm_->sharesProcess()) return Status();
   // A pipelined call takes kSlots slots of its rows' chunks in and out, each row's chunk at most
   // max(kMinRowChunk, chunk / rows) (pipelineOf); a call staged whole is under two chunks per row
   // each way. Rows: nranks at most.
@@ -428,7 +434,7 @@ Status DeviceRunner::run(Job& job) {
   }
   if (job.calls.size() == 1 && onePass_->tries(job.calls[0])) {
     bool ran = false;
-    LOOM_TRY(onePass_->run(job.calls[0], &ran));
+    LOOM_TRY(onePass_->run(job.calls[0], job.exported, &ran));
     if (ran) return Status();
   }
   if (comm_->deviceSchedule() &&

@@ -71,9 +71,9 @@ class DeviceRunner {
   // Reserves now, on the calling thread, the pinned staging memory that any single call of this
   // communicator needs (LOOM_DEVICE_STAGE_CHUNK bounds it: about 6 chunks; nothing where calls
   // are staged whole or run on the schedule), so that none of its calls allocates: for a
-  // communicator bound to its device at init (loomConfig_t.cudaDev). The driver's allocations
-  // wait while another thread is blocked in a copy to pageable memory, which may wait for a call
-  // of this rank (ranks as threads). A group that needs more grows it when posted.
+  // communicator bound to its device at init (loomConfig_t.cudaDev) with other ranks in this
+  // process. The driver's allocations wait while another thread is blocked in a copy to pageable
+  // memory, which may wait for a call of this rank. A group that needs more grows it when posted.
   Status reserveAhead();
 
   struct Job;
@@ -117,6 +117,7 @@ class DeviceRunner {
     uint64_t seq = 0;  // on streams: the signal's sequence number; 0: a caller waits
     std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
     std::vector<StagePlan> plans;       // one per call, made with the reservation (post)
+    DeviceOnePass::Exported exported;   // a single call's buffers' IPC handles (post)
     char* staging = nullptr;            // pinned memory reserved for the staging copies
     size_t stagingBytes = 0;
     bool finished = false;

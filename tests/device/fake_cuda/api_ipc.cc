@@ -127,6 +127,7 @@ extern "C" {
 CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
   if (handle == nullptr) return kErrorInvalidValue;
+  FAKECUDA_TRY(waitForMappingLock("cuIpcGetMemHandle"));
   return inContext([&](Context* c) {
     std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
     if (r == nullptr || r->kind != RegionKind::kAlloc) return kErrorInvalidValue;

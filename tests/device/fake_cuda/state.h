@@ -205,9 +205,10 @@ CUresult waitForDeviceWaits(const char* what, const char* advice);
 // returns kErrorNotPermitted where that variable is set.
 CUresult waitForIdleContext(Context* c, const char* what);
 // What the real driver does where an operation allocates or maps memory (cuMemAlloc,
-// cuMemHostAlloc, cuIpcOpenMemHandle, cuIpcCloseMemHandle): it takes a lock that a thread blocked
-// in a copy to pageable memory holds while the copy waits for its stream (seen on an H200: the
-// pinned allocation of a thread that the stream waited for hung). Waits while another thread is in
+// cuMemHostAlloc; cuIpcGetMemHandle, cuIpcOpenMemHandle and cuIpcCloseMemHandle treated alike, to
+// be safe): it takes a lock that a thread blocked in a copy to pageable memory holds while the copy
+// waits for its stream (seen on an H200: the pinned allocation of a thread that the stream waited
+// for hung). Waits while another thread is in
 // such a copy; past 5 s (LOOMTEST_FAKECUDA_LOAD_WAIT_MS) the hang's clear form, as
 // waitForDeviceWaits.
 CUresult waitForMappingLock(const char* what);
