@@ -26,12 +26,14 @@
  * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
  * rank. One thread of the communicator runs its device calls: in one pass over the peers' device
  * buffers where every rank shares the host and the GPU (CUDA IPC between processes), else staged
- * through pinned host memory. The communicator sets that up (the thread, streams, pinned memory,
- * the device's measured speeds) at its first device call, or at init where a device is named
- * (loomConfig_t.cudaDev, loomCommInitAll's devlist), as NCCL binds a communicator to its device.
- * Name it for ranks that are threads of one process: the CUDA driver's allocations wait while any
- * thread is blocked in a copy to pageable memory, so one rank's first device call would wait for
- * another rank's thread reading a result that waits for that very call.
+ * through pinned host memory. The communicator sets that up (the thread, streams, the device's
+ * measured speeds) at its first device call, or at init where a device is named
+ * (loomConfig_t.cudaDev, loomCommInitAll's devlist; loomCommSplit keeps the parent's), as NCCL
+ * binds a communicator to its device; a device this process does not see is loomInvalidArgument.
+ * Name it for ranks that are threads of one process (their pinned staging is then reserved at
+ * init too): the CUDA driver's allocations wait while any thread is blocked in a copy to pageable
+ * memory, so one rank's device call could wait for another rank's thread reading a result that
+ * waits for that very call.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.
