@@ -175,6 +175,19 @@ const Param kShmThp{"LOOM_SHM_THP", ParamType::kBool, "1",
                     "(process_vm_readv/writev), the rank collapses them into transparent huge "
                     "pages, once per buffer (madvise MADV_COLLAPSE; the kernel then pins one page "
                     "per 2 MiB instead of one per 4 KiB); 0: buffers stay as they are"};
+const Param kShmResultTiles{
+    "LOOM_SHM_RESULT_TILES",
+    ParamType::kInt,
+    "1",
+    "In that one pass, an out-of-place AllReduce whose outputs every peer reaches only through "
+    "process_vm_writev passes its results through tiles in the shared segment instead: each rank "
+    "stores its slice's result into its own output and a shared tile, and each peer copies the "
+    "tile into its output (no write into another process's cold memory). 1: where the host's "
+    "ranks do not outnumber its cores (the ranks wait for each other tile by tile); 2: also where "
+    "they do; 0: process_vm_writev. The ranks agree: any rank's 0 (or 1 with too few cores) makes "
+    "them all use process_vm_writev",
+    0,
+    2};
 const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",
                           "The one-pass collectives (LOOM_SHM_MAPPED) also reach plain buffers of "
                           "other processes on the host, through process_vm_readv/writev where "
@@ -350,6 +363,7 @@ const Param* const kAll[] = {&kDebug,
                              &kShmMapped,
                              &kShmMappedCma,
                              &kShmThp,
+                             &kShmResultTiles,
                              &kAlgo,
                              &kRingChannels,
                              &kPlanner,

@@ -130,6 +130,7 @@ extern const Param kNtMin;
 extern const Param kShmMapped;
 extern const Param kShmMappedCma;
 extern const Param kShmThp;
+extern const Param kShmResultTiles;
 extern const Param kPlanner;
 extern const Param kTuningFile;
 extern const Param kTunerMachine;

@@ -282,6 +282,29 @@ void reduceBuffersStreaming(void* dst, const void* a, const void* b, size_t coun
   storeFence();
 }
 
+void reduceBuffersTwice(void* dst, void* copy, const void* a, const void* b, size_t count,
+                        loomDataType_t dt, loomRedOp_t op, bool streaming) {
+  if (count == 0 || !validDataType(dt) || !validRedOp(op)) return;
+  const size_t es = dataTypeSize(dt);
+  auto* d = static_cast<char*>(dst);
+  auto* c = static_cast<char*>(copy);
+  const auto* x = static_cast<const char*>(a);
+  const auto* y = static_cast<const char*>(b);
+  // Up to dst's first cache line boundary with ordinary stores, the rest through the kernel that
+  // stores twice (its streaming stores take whole aligned lines).
+  const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
+  if (!streaming || !kHaveStreamingStores || count * es < kStreamMinBytes || head % es != 0) {
+    table()->reduce(c, x, y, count, dt, op);
+    std::memcpy(d, c, count * es);
+    return;
+  }
+  const size_t headElems = head / es;
+  table()->reduce(c, x, y, headElems, dt, op);
+  std::memcpy(d, c, head);
+  table()->reduceTwice(d + head, c + head, x + head, y + head, count - headElems, dt, op);
+  storeFence();
+}
+
 void finishAverage(void* data, size_t count, loomDataType_t dt, int nranks) {
   if (count == 0 || nranks <= 1 || !validDataType(dt)) return;
   table()->finishAverage(data, count, dt, nranks);

@@ -24,6 +24,11 @@ void reduceBuffers(void* dst, const void* a, const void* b, size_t count, loomDa
 void reduceBuffersStreaming(void* dst, const void* a, const void* b, size_t count,
                             loomDataType_t dt, loomRedOp_t op);
 void copyStreaming(void* dst, const void* src, size_t bytes);
+// dst[i] = copy[i] = a[i] (op) b[i]: the result stored twice, at copy with ordinary stores (a
+// buffer another core reads next from the cache) and at dst streaming or not; copy may alias a or
+// b exactly, dst neither. Returns after a store fence when streaming.
+void reduceBuffersTwice(void* dst, void* copy, const void* a, const void* b, size_t count,
+                        loomDataType_t dt, loomRedOp_t op, bool streaming);
 // Which stores a call's results take: the streaming forms where its outputs are not in the caches
 // anyway, so that ordinary stores would first read each destination line from memory.
 struct ByteRange {

@@ -28,6 +28,8 @@
 
 #if defined(__F16C__) && (defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #include "loom/loom.h"
@@ -439,10 +441,53 @@ void finishAverageImpl(void* data, size_t n, loomDataType_t dt, int nranks) {
   }
 }
 
+// Whole lines from src to dst (64-byte aligned) around the caches, with the widest stores the ISA
+// has.
+void streamLines(char* dst, const char* src, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+#elif defined(__AVX2__)
+    for (size_t j = 0; j < 64; j += 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + j),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + j)));
+#elif defined(__SSE2__)
+    for (size_t j = 0; j < 64; j += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + j),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + j)));
+#else
+    std::memcpy(dst + i, src + i, 64);
+#endif
+  }
+}
+
+// The result goes to copy a kilobyte at a time, and from there (still in the first-level cache)
+// around the caches to nt: the streaming stores interleave with the reduction's loads.
+void reduceTwiceImpl(void* nt, void* copy, const void* a, const void* b, size_t n,
+                     loomDataType_t dt, loomRedOp_t op) {
+  constexpr size_t kPiece = 1024;
+  const size_t es = dt == loomInt8 || dt == loomUint8                          ? 1
+                    : dt == loomFloat16 || dt == loomBfloat16                  ? 2
+                    : dt == loomInt32 || dt == loomUint32 || dt == loomFloat32 ? 4
+                                                                               : 8;
+  auto* d = static_cast<char*>(nt);
+  auto* c = static_cast<char*>(copy);
+  const auto* x = static_cast<const char*>(a);
+  const auto* y = static_cast<const char*>(b);
+  const size_t pieceElems = kPiece / es;
+  for (size_t i = 0; i < n; i += pieceElems) {
+    const size_t m = n - i < pieceElems ? n - i : pieceElems, off = i * es, bytes = m * es;
+    reduceImpl(c + off, x + off, y + off, m, dt, op);
+    const size_t lines = bytes & ~static_cast<size_t>(63);
+    streamLines(d + off, c + off, lines);
+    std::memcpy(d + off + lines, c + off + lines, bytes - lines);
+  }
+}
+
 }  // namespace
 
 extern const KernelTable LOOM_REDUCE_TABLE;
-const KernelTable LOOM_REDUCE_TABLE = {&reduceImpl, &finishAverageImpl};
+const KernelTable LOOM_REDUCE_TABLE = {&reduceImpl, &finishAverageImpl, &reduceTwiceImpl};
 
 }  // namespace reduce_internal
 }  // namespace loom

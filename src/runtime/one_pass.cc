@@ -28,18 +28,21 @@ namespace {
 // What a rank publishes in the first round (its low-latency buffer holds it).
 struct Record {
   uint32_t pid;
-  uint32_t pad;
+  uint32_t flags;                // kTilesOk
   uint64_t inAddr, outAddr;      // in its own address space
   uint64_t inSerial, outSerial;  // shared allocations (0: none)
   uint32_t inFd, outFd;
   uint64_t inOff, outOff;
 };
 static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
+// Record::flags: this rank would pass an out-of-place AllReduce's results through the shared
+// tiles (LOOM_SHM_RESULT_TILES: 2, or 1 where its host's ranks do not outnumber its cores).
+constexpr uint32_t kTilesOk = 1;
 
 // Tiles reduced in a cache-resident buffer and then copied to every output. Larger when a peer is
 // reached through system calls (process_vm_readv/writev), to spread their cost.
 constexpr size_t kTileBytes = 32 << 10;
-constexpr size_t kCmaTileBytes = 256 << 10;
+constexpr size_t kCmaTileBytes = shm::kResultTileBytes;
 // How this rank reaches one buffer of one rank: a pointer in this address space (its own, a
 // thread's, or a mapping of a loomMemAlloc allocation), else an address in process `pid`.
 struct PeerBuf {
@@ -181,9 +184,119 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
   return false;
 }
 
-// This rank's share of op, over every rank's buffers (ins/outs: unused ones are empty).
+// An out-of-place AllReduce's results between processes that reach each other's outputs only
+// through process_vm_writev (LOOM_SHM_RESULT_TILES): each rank stores the result of its slice into
+// its own output and into a tile of the shared segment, and every peer copies the tile into its
+// output, from the cache, with the stores it chooses. process_vm_writev would store into the
+// peer's output with ordinary stores, which first read each cold line from memory: the tiles move
+// a quarter less through memory for the call, and the kernel pins nothing for it.
+//
+// Tile j of rank p holds elements [offset + j * tileElems, ...) of p's slice (evenBlock). A rank
+// fills its tiles in order, kResultTiles ahead of the slowest peer at most; while it waits for a
+// free one it copies out what its peers filled, so no two ranks wait for each other. The counters
+// (host_area.h) start at 0 in every call: each rank resets the ones it writes before the first
+// round, and nobody enters the next call before every rank has taken every tile (round 2).
+class ResultTiles {
+ public:
+  ResultTiles(Comm* comm, shm::HostArea& area, const OpArgs& op, int n, char* out)
+      : comm_(comm),
+        area_(area),
+        op_(op),
+        n_(n),
+        me_(area.localIndex()),
+        out_(out),
+        es_(dataTypeSize(op.dtype)),
+        tileElems_(shm::kResultTileBytes / es_),
+        taken_(static_cast<size_t>(n), 0) {}
+
+  // Resets the counters this rank writes (before the call's first round publishes).
+  static void reset(shm::HostArea& area, int n) {
+    const int me = area.localIndex();
+    area.tilesFilled(me).store(0, std::memory_order_relaxed);
+    for (int p = 0; p < n; ++p)
+      if (p != me) area.tilesTaken(p, me).store(0, std::memory_order_relaxed);
+  }
+
+  // The next tile of this rank's to fill, once every peer has taken what it held.
+  Result<char*> claim() {
+    auto free = [&] {
+      for (int p = 0; p < n_; ++p)
+        if (p != me_ && filled_ - area_.tilesTaken(me_, p).load(std::memory_order_acquire) >=
+                            static_cast<uint64_t>(shm::kResultTiles))
+          return false;
+      return true;
+    };
+    LOOM_TRY(waitUntil(free, "its peers to copy out its results"));
+    return area_.resultTile(me_, filled_);
+  }
+  // The tile claim() gave is full: peers may take it.
+  void filled() {
+    area_.tilesFilled(me_).store(++filled_, std::memory_order_release);
+    takeAvailable();
+  }
+  // Copies out every peer's remaining tiles of the call.
+  Status finish() {
+    return waitUntil([&] { return remaining() == 0; }, "its peers' results");
+  }
+
+ private:
+  uint64_t tilesOf(int p) const {
+    return (evenBlock(op_.count, n_, p).count + tileElems_ - 1) / tileElems_;
+  }
+  uint64_t remaining() const {
+    uint64_t left = 0;
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) left += tilesOf(p) - taken_[static_cast<size_t>(p)];
+    return left;
+  }
+  // Copies every tile the peers have filled and this rank not yet taken into its output.
+  void takeAvailable() {
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
+      uint64_t& j = taken_[static_cast<size_t>(p)];
+      const uint64_t ready = area_.tilesFilled(p).load(std::memory_order_acquire);
+      const Block blk = evenBlock(op_.count, n_, p);
+      for (; j < ready; ++j) {
+        const size_t o = j * tileElems_, len = std::min(tileElems_, blk.count - o);
+        char* dst = out_ + (blk.offset + o) * es_;
+        const char* src = area_.resultTile(p, j);
+        copyStreaming(dst, src, len * es_);
+        area_.tilesTaken(p, me_).store(j + 1, std::memory_order_release);
+      }
+    }
+  }
+  template <typename Done>
+  Status waitUntil(Done done, const char* what) {
+    auto ready = [&] {
+      takeAvailable();
+      return done();
+    };
+    auto check = [&]() -> Status {
+      for (int p = 0; p < n_; ++p)
+        if (p != me_) LOOM_TRY(area_.peerGone(p));
+      return Status();
+    };
+    return shm::waitFor(
+        ready, [] { sched_yield(); }, check, area_.abortFlag(), area_.options().yieldWhenIdle,
+        comm_->spinNs(), comm_->timeoutMs(), what);
+  }
+
+  Comm* comm_;
+  shm::HostArea& area_;
+  const OpArgs& op_;
+  const int n_, me_;
+  char* out_;
+  const size_t es_, tileElems_;
+  uint64_t filled_ = 0;
+  std::vector<uint64_t> taken_;  // tiles of each peer copied out
+};
+
+// This rank's share of op, over every rank's buffers (ins/outs: unused ones are empty); results
+// through `results` where it is given (an out-of-place AllReduce, ResultTiles).
+// streaming: the results go around the caches (the outputs are cold; streamingStoresFor).
 Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
-               const std::vector<PeerBuf>& outs, size_t tileBytes) {
+               const std::vector<PeerBuf>& outs, size_t tileBytes, bool streaming, Comm* comm,
+               shm::HostArea* results) {
   const size_t es = dataTypeSize(op.dtype);
   const size_t c = op.count;
   const loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
@@ -210,16 +323,36 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   // that reads it.
   // Where the call's buffers exceed the caches, the result accumulates in the tile instead and
   // goes to every output around the caches; not in place, where the outputs were just read.
-  const Layout lay = layoutOf(op, me, n);
-  const ByteRange mine{outs[me].ptr, lay.usesOut ? lay.outBytes : 0};
-  const bool streaming =
-      !op.inPlace &&
-      streamingStoresFor((lay.inBytes + lay.outBytes) * static_cast<size_t>(n), n, &mine, 1);
   const bool accInOut = (!op.inPlace || n == 2) && !streaming;
   auto writeOut = [&](const PeerBuf& b, size_t off, const char* src, size_t bytes) {
     return writeTo(b, off, src, bytes, streaming);
   };
   const Block blk = evenBlock(c, n, me);
+  if (results != nullptr) {
+    // The last step stores twice: this rank's output and the tile its peers copy from (the sum
+    // before an average's division goes there first).
+    ResultTiles tiles(comm, *results, op, n, outs[me].ptr);
+    for (size_t o = 0; o < blk.count; o += tileElems) {
+      size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
+      LOOM_ASSIGN(char* shared, tiles.claim());
+      char* own = outs[me].ptr + b;
+      LOOM_ASSIGN(const char* a, readFrom(ins[0], b, len * es, stageA));
+      for (int r = 1; r < n; ++r) {
+        LOOM_ASSIGN(const char* x, readFrom(ins[r], b, len * es, r == 1 ? stageB : stageA));
+        if (r == n - 1 && op.op != loomAvg)
+          reduceBuffersTwice(own, shared, a, x, len, op.dtype, rop, true);
+        else
+          reduceBuffers(shared, a, x, len, op.dtype, rop);
+        a = shared;
+      }
+      if (op.op == loomAvg) {
+        finishAverage(shared, len, op.dtype, n);
+        LOOM_TRY(writeOut(outs[me], b, shared, len * es));
+      }
+      tiles.filled();
+    }
+    return tiles.finish();
+  }
   switch (op.coll) {
     case CollKind::kAllReduce:
     case CollKind::kReduce: {
@@ -312,6 +445,23 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     if (cmaPeer && mine.usesOut && mine.outBytes && !rec.outSerial && out != in)
       collapseReusedBuffer(out, mine.outBytes);
   }
+  // Which stores the results take: around the caches where the outputs are cold (decided once
+  // per call, before round 1, since the tiles are worth it only there).
+  const ByteRange myOut{out, mine.usesOut ? mine.outBytes : 0};
+  const bool streaming =
+      !op.inPlace &&
+      streamingStoresFor((mine.inBytes + mine.outBytes) * static_cast<size_t>(n), n, &myOut, 1);
+  // Results through the shared tiles, if every rank says it may (decided after round 1): where
+  // its outputs are cold. Warm, process_vm_writev stores into cached lines, and the tiles' extra
+  // copy between the cores costs more than it saves.
+  const int64_t tilesParam = params::kShmResultTiles.asInt();
+  const bool tilesWanted =
+      op.coll == CollKind::kAllReduce && streaming &&
+      (tilesParam == 2 || (tilesParam == 1 && !g->area().options().yieldWhenIdle));
+  if (tilesWanted) {
+    rec.flags |= kTilesOk;
+    ResultTiles::reset(g->area(), n);
+  }
   auto failed = [&](Status st) {
     guard.end();  // first: a peer failing too waits for it (shm::HostGroup::setState)
     st = comm->explainLocalWait(
@@ -387,7 +537,15 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
       if (!st.isOk()) return failed(st);
     }
   }
-  st = onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes);
+  // Results through the shared tiles where every rank would, and every rank reaches every peer's
+  // output only through process_vm_writev (the same answer on every rank, from the records).
+  bool useTiles = tilesWanted && n > 1;
+  for (int r = 0; r < n && useTiles; ++r) {
+    useTiles = (recs[r].flags & kTilesOk) != 0;
+    for (int o = 0; o < n && useTiles; ++o) useTiles = r == o || cma(r, o, recs[o].outSerial);
+  }
+  st = onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes, streaming, comm,
+               useTiles ? &g->area() : nullptr);
   if (!st.isOk()) return failed(st);
   guard.end();
 
@@ -397,13 +555,15 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
                 comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
-  static std::once_flag logged;
-  std::call_once(logged, [&] {
+  // Once per way the one pass reached the buffers.
+  static std::once_flag logged[4];
+  const int how = useTiles ? 0 : anyCma ? 1 : anyMapped ? 2 : 3;
+  std::call_once(logged[how], [&] {
+    static const char* const kHow[] = {"process_vm_readv, results through shared tiles",
+                                       "process_vm_readv/writev", "mapped loomMemAlloc buffers",
+                                       "threads of one process"};
     LOOM_INFO(kSubShm, "{} of {} bytes ran in one pass over the peers' buffers ({})",
-              collName(op.coll), mine.inBytes,
-              anyCma      ? "process_vm_readv/writev"
-              : anyMapped ? "mapped loomMemAlloc buffers"
-                          : "threads of one process");
+              collName(op.coll), mine.inBytes, kHow[how]);
   });
   return Status();
 }

@@ -740,15 +740,58 @@ TEST(Shm, MixedAllocationsFallBackTogether) {
 
 // Plain malloc buffers of processes: the one pass reaches them with process_vm_readv/writev.
 TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
-  WorkerResult res =
-      runWorkers(3, "matrix:AllReduce",
-                 {{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}, {"LOOM_SHM_LL_MAX", "0"}});
+  WorkerResult res = runWorkers(3, "matrix:AllReduce",
+                                {{"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "SHM"},
+                                 {"LOOM_SHM_LL_MAX", "0"},
+                                 {"LOOM_SHM_RESULT_TILES", "0"}});
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
     EXPECT_NE(res.output[r].find("one pass over the peers' buffers (process_vm_readv/writev)"),
               std::string::npos)
         << res.output[r];
   }
+}
+
+// Out of place, the one pass passes the results through the shared segment's tiles
+// (LOOM_SHM_RESULT_TILES; 2 also where the ranks outnumber the cores, as they may here) where the
+// outputs are cold (LOOM_NT_MIN=1: every call counts as such): every datatype, several tiles per
+// rank, a partial last one, uneven slices, each element checked.
+TEST(Shm, ResultTilesCarryEveryRanksResults) {
+  for (int n : {2, 3, 4}) {
+    WorkerResult res = runWorkers(
+        n, "tiles",
+        {{"LOOM_SHM_RESULT_TILES", "2"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}});
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(res.exitedWith(r, 0)) << n << " ranks, rank " << r << ": " << res.describe(r);
+      EXPECT_NE(res.output[r].find("(process_vm_readv, results through shared tiles)"),
+                std::string::npos)
+          << res.output[r];
+      EXPECT_NE(res.output[r].find("ran 60 cases"), std::string::npos) << res.output[r];
+    }
+  }
+}
+
+// One rank with the tiles off: every rank writes the results with process_vm_writev instead.
+TEST(Shm, ResultTilesOnlyWhereEveryRankAgrees) {
+  WorkerResult res = runWorkers(
+      2, "tiles:mixed",
+      {{"LOOM_SHM_RESULT_TILES", "2"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_EQ(res.output[r].find("results through shared tiles"), std::string::npos)
+        << res.output[r];
+    EXPECT_NE(res.output[r].find("(process_vm_readv/writev)"), std::string::npos) << res.output[r];
+  }
+}
+
+// A rank killed while its peers wait for its result tiles (or it for theirs).
+TEST(Failure, KilledRankOnTheResultTilesIsNamed) {
+  WorkerResult res = runWorkers(
+      3, "kill:1", {{"LOOM_TIMEOUT", "30"}, {"LOOM_SHM_RESULT_TILES", "2"}, {"LOOM_NT_MIN", "1"}});
+  EXPECT_TRUE(res.killedBySignal(1)) << res.describe(1);
+  for (int r : {0, 2}) EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+  EXPECT_EQ(segmentsOf(res), std::vector<std::string>());
 }
 
 // The same killed rank on the shared-memory transport's own path (no one pass).

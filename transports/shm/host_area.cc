@@ -45,6 +45,11 @@ size_t ringBytesOf(const Options& o) {
   return roundUp(offsetof(Ring, slots) + o.slots * (kLine + o.slotBytes), kPage);
 }
 
+// A rank's result tiles: a counter line per rank (its own: tiles filled; a peer's: taken), then
+// the tiles.
+size_t tileHeadBytesOf(size_t n) { return roundUp(n * kLine, kPage); }
+size_t tileAreaBytesOf(size_t n) { return tileHeadBytesOf(n) + kResultTiles * kResultTileBytes; }
+
 std::atomic<CheckHook> gCheckHook{nullptr};
 
 }  // namespace
@@ -77,7 +82,8 @@ Options fitOptions(int nlocal, Options opts) {
 
 size_t segmentBytes(int nlocal, const Options& o) {
   size_t n = static_cast<size_t>(nlocal);
-  return kPage + n * areaBytesOf(o) + roundUp(n * n, kPage) + n * n * ringBytesOf(o);
+  return kPage + n * areaBytesOf(o) + roundUp(n * n, kPage) + n * n * ringBytesOf(o) +
+         n * tileAreaBytesOf(n);
 }
 
 void HostArea::format(char* base, int nlocal, const Options& opts) {
@@ -121,6 +127,9 @@ Result<std::unique_ptr<HostArea>> HostArea::attach(std::unique_ptr<Segment> seg,
   a->matrixOffset_ = a->areaOffset_ + n * a->areaBytes_;
   a->ringOffset_ = a->matrixOffset_ + roundUp(static_cast<size_t>(n) * n, kPage);
   a->ringBytes_ = ringBytesOf(opts);
+  a->tileOffset_ = a->ringOffset_ + static_cast<size_t>(n) * n * a->ringBytes_;
+  a->tileHeadBytes_ = tileHeadBytesOf(static_cast<size_t>(n));
+  a->tileAreaBytes_ = tileAreaBytesOf(static_cast<size_t>(n));
   RankArea* mine = a->rankArea(me);
   mine->pid = a->myPid_;
   mine->state.store(static_cast<uint32_t>(PeerState::kAlive), std::memory_order_release);

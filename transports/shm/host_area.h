@@ -7,7 +7,8 @@
 // Layout of the segment (all offsets, no pointers, so every rank may map it anywhere):
 //   header | per-rank areas (doorbell, state, pid, probe fields, one-pass flag, two low-latency
 //   buffers) | can-read matrix | one single-producer/single-consumer ring of slots per ordered
-//   pair of local ranks.
+//   pair of local ranks | per rank, a ring of result tiles its peers copy from (the one pass's,
+//   src/runtime/one_pass.cc) and a counter line per rank.
 //
 // Waiting: a rank that has nothing to do sleeps on its doorbell (a process-shared futex) after
 // registering as a waiter; peers ring the doorbell only when someone waits, so the fast path is
@@ -123,6 +124,16 @@ struct Ring {
   alignas(kLine) char slots[1];  // slots x (SlotHdr + slotBytes)
 };
 
+// Each rank's ring of result tiles (one_pass.cc): kResultTiles tiles of kResultTileBytes that the
+// rank fills and every peer copies out. The line in front counts the tiles filled in the current
+// call; a line per peer counts those it copied out (each counter has one writer, reset before
+// the call's first round).
+constexpr int kResultTiles = 4;
+constexpr size_t kResultTileBytes = 256 << 10;
+struct TileCounter {
+  alignas(kLine) std::atomic<uint64_t> count;
+};
+
 // Test seam: called by a waiting rank's periodic check after it saw that local peer `local` has
 // not yet done what it waits for, before it reads the evidence it judges the peer on (the
 // low-latency wait, LowLatencyExchange::waitAll, and a request's wait, Transport::test). A test
@@ -163,6 +174,16 @@ class HostArea {
   uint8_t* canRead(int reader, int owner) const {
     return reinterpret_cast<uint8_t*>(base_ + matrixOffset_ +
                                       static_cast<size_t>(reader) * peers_.size() + owner);
+  }
+  // Rank `owner`'s result tiles: how many it filled in this call, how many rank `reader` copied
+  // out, and tile i (of kResultTiles).
+  std::atomic<uint64_t>& tilesFilled(int owner) const { return tileCounter(owner, owner); }
+  std::atomic<uint64_t>& tilesTaken(int owner, int reader) const {
+    return tileCounter(owner, reader);
+  }
+  char* resultTile(int owner, uint64_t i) const {
+    return base_ + tileOffset_ + static_cast<size_t>(owner) * tileAreaBytes_ + tileHeadBytes_ +
+           (i % kResultTiles) * kResultTileBytes;
   }
   // The low-latency buffer rank `local` writes for sequence seq (options().llBytes bytes); its
   // flags are the cache line before it.
@@ -235,6 +256,11 @@ class HostArea {
  private:
   HostArea() = default;
   static CheckHook checkHook();
+  std::atomic<uint64_t>& tileCounter(int owner, int i) const {
+    auto* c = reinterpret_cast<TileCounter*>(base_ + tileOffset_ +
+                                             static_cast<size_t>(owner) * tileAreaBytes_);
+    return c[i].count;
+  }
   static void ringBell(RankArea* a);  // bumps the bell and wakes its sleepers
   // Where the low-latency buffers start in a rank's area.
   static constexpr size_t kLlOffset = (sizeof(RankArea) + kLine - 1) / kLine * kLine;
@@ -247,6 +273,7 @@ class HostArea {
   const std::atomic<bool>* abort_ = nullptr;
   int myPid_ = 0;
   size_t areaOffset_ = 0, areaBytes_ = 0, matrixOffset_ = 0, ringOffset_ = 0, ringBytes_ = 0;
+  size_t tileOffset_ = 0, tileAreaBytes_ = 0, tileHeadBytes_ = 0;
 };
 
 // What a wait waits for, for its messages: a fixed text, or a function that says it at the time
