@@ -179,7 +179,8 @@ const Param kShmResultTiles{
     "LOOM_SHM_RESULT_TILES",
     ParamType::kInt,
     "1",
-    "In that one pass, an out-of-place AllReduce whose outputs every peer reaches only through "
+    "In that one pass, an out-of-place AllReduce or Broadcast whose outputs every peer reaches "
+    "only through "
     "process_vm_writev passes its results through tiles in the shared segment instead: each rank "
     "stores its slice's result into its own output and a shared tile, and each peer copies the "
     "tile into its output (no write into another process's cold memory). 1: where the host's "

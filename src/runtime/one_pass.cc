@@ -35,8 +35,9 @@ struct Record {
   uint64_t inOff, outOff;
 };
 static_assert(sizeof(Record) <= 64, "fits the smallest low-latency buffer");
-// Record::flags: this rank would pass an out-of-place AllReduce's results through the shared
-// tiles (LOOM_SHM_RESULT_TILES: 2, or 1 where its host's ranks do not outnumber its cores).
+// Record::flags: this rank would pass an AllReduce's or a Broadcast's results through the shared
+// tiles (ResultTiles: its outputs are cold, and LOOM_SHM_RESULT_TILES is 2, or 1 where its host's
+// ranks do not outnumber its cores).
 constexpr uint32_t kTilesOk = 1;
 
 // Tiles reduced in a cache-resident buffer and then copied to every output. Larger when a peer is
@@ -184,29 +185,32 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
   return false;
 }
 
-// An out-of-place AllReduce's results between processes that reach each other's outputs only
-// through process_vm_writev (LOOM_SHM_RESULT_TILES): each rank stores the result of its slice into
-// its own output and into a tile of the shared segment, and every peer copies the tile into its
-// output, from the cache, with the stores it chooses. process_vm_writev would store into the
-// peer's output with ordinary stores, which first read each cold line from memory: the tiles move
-// a quarter less through memory for the call, and the kernel pins nothing for it.
+// The results of an out-of-place AllReduce or Broadcast between processes that reach
+// each other's outputs only through process_vm_writev (LOOM_SHM_RESULT_TILES), where the outputs
+// are cold: each rank stores its part of the results into its own output and into tiles of the
+// shared segment, and every peer copies the tiles into its output around the caches.
+// process_vm_writev would store into the peer's output with ordinary stores, which first read each
+// cold line from memory: the tiles move a quarter less through memory for an AllReduce, and the
+// kernel pins nothing for the results.
 //
-// Tile j of rank p holds elements [offset + j * tileElems, ...) of p's slice (evenBlock). A rank
-// fills its tiles in order, kResultTiles ahead of the slowest peer at most; while it waits for a
-// free one it copies out what its peers filled, so no two ranks wait for each other. The counters
-// (host_area.h) start at 0 in every call: each rank resets the ones it writes before the first
-// round, and nobody enters the next call before every rank has taken every tile (round 2).
+// Rank p's part is `bytes` bytes at `offset` in every output (Span); its tile j holds bytes
+// [j * kResultTileBytes, ...) of it. A rank fills its tiles in order, kResultTiles ahead of the
+// slowest peer at most; while it waits for a free one it copies out what its peers filled, so no
+// two ranks wait for each other. The counters (host_area.h) start at 0 in every call: each rank
+// resets the ones it writes before the first round, and nobody enters the next call before every
+// rank has taken every tile (round 2).
 class ResultTiles {
  public:
-  ResultTiles(Comm* comm, shm::HostArea& area, const OpArgs& op, int n, char* out)
+  struct Span {
+    size_t offset = 0, bytes = 0;
+  };
+  ResultTiles(Comm* comm, shm::HostArea& area, int n, char* out, std::vector<Span> spans)
       : comm_(comm),
         area_(area),
-        op_(op),
         n_(n),
         me_(area.localIndex()),
         out_(out),
-        es_(dataTypeSize(op.dtype)),
-        tileElems_(shm::kResultTileBytes / es_),
+        spans_(std::move(spans)),
         taken_(static_cast<size_t>(n), 0) {}
 
   // Resets the counters this rank writes (before the call's first round publishes).
@@ -241,7 +245,8 @@ class ResultTiles {
 
  private:
   uint64_t tilesOf(int p) const {
-    return (evenBlock(op_.count, n_, p).count + tileElems_ - 1) / tileElems_;
+    return (spans_[static_cast<size_t>(p)].bytes + shm::kResultTileBytes - 1) /
+           shm::kResultTileBytes;
   }
   uint64_t remaining() const {
     uint64_t left = 0;
@@ -255,12 +260,11 @@ class ResultTiles {
       if (p == me_) continue;
       uint64_t& j = taken_[static_cast<size_t>(p)];
       const uint64_t ready = area_.tilesFilled(p).load(std::memory_order_acquire);
-      const Block blk = evenBlock(op_.count, n_, p);
+      const Span& sp = spans_[static_cast<size_t>(p)];
       for (; j < ready; ++j) {
-        const size_t o = j * tileElems_, len = std::min(tileElems_, blk.count - o);
-        char* dst = out_ + (blk.offset + o) * es_;
-        const char* src = area_.resultTile(p, j);
-        copyStreaming(dst, src, len * es_);
+        const size_t o = j * shm::kResultTileBytes;
+        copyStreaming(out_ + sp.offset + o, area_.resultTile(p, j),
+                      std::min(shm::kResultTileBytes, sp.bytes - o));
         area_.tilesTaken(p, me_).store(j + 1, std::memory_order_release);
       }
     }
@@ -283,20 +287,67 @@ class ResultTiles {
 
   Comm* comm_;
   shm::HostArea& area_;
-  const OpArgs& op_;
   const int n_, me_;
   char* out_;
-  const size_t es_, tileElems_;
+  const std::vector<Span> spans_;
   uint64_t filled_ = 0;
   std::vector<uint64_t> taken_;  // tiles of each peer copied out
 };
 
-// This rank's share of op, over every rank's buffers (ins/outs: unused ones are empty); results
-// through `results` where it is given (an out-of-place AllReduce, ResultTiles).
+// onePass where the results go through the shared tiles (ResultTiles): an AllReduce or a
+// Broadcast fills its tiles with this rank's slice (evenBlock). Never in place. (An AllGather
+// does not take them: measured on the 2-core VM, 2 ranks, 1-64 MiB in a sweep, it was up to 15%
+// slower through the tiles than through process_vm_writev.)
+Status tiledPass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
+                 const std::vector<PeerBuf>& outs, Comm* comm, shm::HostArea& area) {
+  const size_t es = dataTypeSize(op.dtype), tileBytes = shm::kResultTileBytes;
+  const loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
+  std::vector<ResultTiles::Span> spans(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    const Block blk = evenBlock(op.count, n, p);
+    spans[static_cast<size_t>(p)] = {blk.offset * es, blk.count * es};
+  }
+  ResultTiles passed(comm, area, n, outs[me].ptr, spans);
+  const ResultTiles::Span mine = spans[static_cast<size_t>(me)];
+  char* stage = tiles(tileBytes);  // two of its three for staged peer reads
+  for (size_t o = 0; o < mine.bytes; o += tileBytes) {
+    const size_t len = std::min(tileBytes, mine.bytes - o), at = mine.offset + o;
+    LOOM_ASSIGN(char* shared, passed.claim());
+    char* own = outs[me].ptr + at;
+    if (op.coll == CollKind::kBroadcast) {
+      // Slice me of the root's input, read straight into the tile.
+      LOOM_ASSIGN(const char* src, readFrom(ins[op.root], at, len, shared));
+      if (src != shared) std::memcpy(shared, src, len);
+      copyStreaming(own, shared, len);
+    } else {
+      // AllReduce: the last step stores twice, this rank's output and the tile (the sum before an
+      // average's division goes to the tile first).
+      char* stageA = stage;
+      char* stageB = stage + tileBytes;
+      LOOM_ASSIGN(const char* a, readFrom(ins[0], at, len, stageA));
+      const size_t count = len / es;
+      for (int r = 1; r < n; ++r) {
+        LOOM_ASSIGN(const char* x, readFrom(ins[r], at, len, r == 1 ? stageB : stageA));
+        if (r == n - 1 && op.op != loomAvg)
+          reduceBuffersTwice(own, shared, a, x, count, op.dtype, rop, true);
+        else
+          reduceBuffers(shared, a, x, count, op.dtype, rop);
+        a = shared;
+      }
+      if (op.op == loomAvg) {
+        finishAverage(shared, count, op.dtype, n);
+        copyStreaming(own, shared, len);
+      }
+    }
+    passed.filled();
+  }
+  return passed.finish();
+}
+
+// This rank's share of op, over every rank's buffers (ins/outs: unused ones are empty).
 // streaming: the results go around the caches (the outputs are cold; streamingStoresFor).
 Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
-               const std::vector<PeerBuf>& outs, size_t tileBytes, bool streaming, Comm* comm,
-               shm::HostArea* results) {
+               const std::vector<PeerBuf>& outs, size_t tileBytes, bool streaming) {
   const size_t es = dataTypeSize(op.dtype);
   const size_t c = op.count;
   const loomRedOp_t rop = op.op == loomAvg ? loomSum : op.op;
@@ -328,31 +379,6 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
     return writeTo(b, off, src, bytes, streaming);
   };
   const Block blk = evenBlock(c, n, me);
-  if (results != nullptr) {
-    // The last step stores twice: this rank's output and the tile its peers copy from (the sum
-    // before an average's division goes there first).
-    ResultTiles tiles(comm, *results, op, n, outs[me].ptr);
-    for (size_t o = 0; o < blk.count; o += tileElems) {
-      size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
-      LOOM_ASSIGN(char* shared, tiles.claim());
-      char* own = outs[me].ptr + b;
-      LOOM_ASSIGN(const char* a, readFrom(ins[0], b, len * es, stageA));
-      for (int r = 1; r < n; ++r) {
-        LOOM_ASSIGN(const char* x, readFrom(ins[r], b, len * es, r == 1 ? stageB : stageA));
-        if (r == n - 1 && op.op != loomAvg)
-          reduceBuffersTwice(own, shared, a, x, len, op.dtype, rop, true);
-        else
-          reduceBuffers(shared, a, x, len, op.dtype, rop);
-        a = shared;
-      }
-      if (op.op == loomAvg) {
-        finishAverage(shared, len, op.dtype, n);
-        LOOM_TRY(writeOut(outs[me], b, shared, len * es));
-      }
-      tiles.filled();
-    }
-    return tiles.finish();
-  }
   switch (op.coll) {
     case CollKind::kAllReduce:
     case CollKind::kReduce: {
@@ -456,7 +482,7 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
   // copy between the cores costs more than it saves.
   const int64_t tilesParam = params::kShmResultTiles.asInt();
   const bool tilesWanted =
-      op.coll == CollKind::kAllReduce && streaming &&
+      (op.coll == CollKind::kAllReduce || op.coll == CollKind::kBroadcast) && streaming &&
       (tilesParam == 2 || (tilesParam == 1 && !g->area().options().yieldWhenIdle));
   if (tilesWanted) {
     rec.flags |= kTilesOk;
@@ -544,8 +570,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     useTiles = (recs[r].flags & kTilesOk) != 0;
     for (int o = 0; o < n && useTiles; ++o) useTiles = r == o || cma(r, o, recs[o].outSerial);
   }
-  st = onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes, streaming, comm,
-               useTiles ? &g->area() : nullptr);
+  st = useTiles ? tiledPass(op, me, n, ins, outs, comm, g->area())
+                : onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes, streaming);
   if (!st.isOk()) return failed(st);
   guard.end();
 
@@ -555,10 +581,10 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
                 comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
-  // Once per way the one pass reached the buffers.
-  static std::once_flag logged[4];
+  // Once per collective and way the one pass reached the buffers.
+  static std::once_flag logged[7][4];
   const int how = useTiles ? 0 : anyCma ? 1 : anyMapped ? 2 : 3;
-  std::call_once(logged[how], [&] {
+  std::call_once(logged[static_cast<int>(op.coll) % 7][how], [&] {
     static const char* const kHow[] = {"process_vm_readv, results through shared tiles",
                                        "process_vm_readv/writev", "mapped loomMemAlloc buffers",
                                        "threads of one process"};

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -755,28 +756,39 @@ TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
 
 // Out of place, the one pass passes the results through the shared segment's tiles
 // (LOOM_SHM_RESULT_TILES; 2 also where the ranks outnumber the cores, as they may here) where the
-// outputs are cold (LOOM_NT_MIN=1: every call counts as such): every datatype, several tiles per
-// rank, a partial last one, uneven slices, each element checked.
+// outputs are cold (LOOM_NT_MIN=1: every call counts as such): AllReduce (sum, max, avg) and
+// Broadcast from either end, every datatype, several tiles per rank, a partial last one, uneven
+// slices, each element checked (and AllGather, which does not take the tiles, beside them).
 TEST(Shm, ResultTilesCarryEveryRanksResults) {
   for (int n : {2, 3, 4}) {
-    WorkerResult res = runWorkers(
-        n, "tiles",
-        {{"LOOM_SHM_RESULT_TILES", "2"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}});
+    WorkerResult res = runWorkers(n, "tiles",
+                                  {{"LOOM_SHM_RESULT_TILES", "2"},
+                                   {"LOOM_NT_MIN", "1"},
+                                   {"LOOM_DEBUG", "INFO"},
+                                   {"LOOM_DEBUG_SUBSYS", "SHM"}});
     for (int r = 0; r < n; ++r) {
       EXPECT_TRUE(res.exitedWith(r, 0)) << n << " ranks, rank " << r << ": " << res.describe(r);
-      EXPECT_NE(res.output[r].find("(process_vm_readv, results through shared tiles)"),
-                std::string::npos)
-          << res.output[r];
-      EXPECT_NE(res.output[r].find("ran 60 cases"), std::string::npos) << res.output[r];
+      EXPECT_NE(res.output[r].find("ran 120 cases"), std::string::npos) << res.output[r];
+      for (const char* coll : {"AllReduce", "Broadcast"}) {
+        // The line that says how this collective ran through the tiles.
+        bool tiled = false;
+        std::istringstream lines(res.output[r]);
+        for (std::string line; std::getline(lines, line);)
+          tiled = tiled || (line.find(std::string(coll) + " of ") != std::string::npos &&
+                            line.find("results through shared tiles") != std::string::npos);
+        EXPECT_TRUE(tiled) << coll << " never ran through the tiles: " << res.output[r];
+      }
     }
   }
 }
 
 // One rank with the tiles off: every rank writes the results with process_vm_writev instead.
 TEST(Shm, ResultTilesOnlyWhereEveryRankAgrees) {
-  WorkerResult res = runWorkers(
-      2, "tiles:mixed",
-      {{"LOOM_SHM_RESULT_TILES", "2"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  WorkerResult res = runWorkers(2, "tiles:mixed",
+                                {{"LOOM_SHM_RESULT_TILES", "2"},
+                                 {"LOOM_NT_MIN", "1"},
+                                 {"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "SHM"}});
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
     EXPECT_EQ(res.output[r].find("results through shared tiles"), std::string::npos)

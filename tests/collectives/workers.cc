@@ -331,18 +331,22 @@ int workerMain() {
     fprintf(stderr, "ran %d cases\n", ran);
     if (ran == 0) rc = 13;
   } else if (mode == "tiles" || mode == "tiles:mixed") {
-    // AllReduce of plain buffers large enough for several result tiles per rank (the one pass's,
-    // LOOM_SHM_RESULT_TILES), a partial last one and uneven slices, in and out of place. Mixed:
-    // rank 0 turns the tiles off, so every rank must agree to write with process_vm_writev.
+    // AllReduce, Broadcast (both roots) and AllGather of plain buffers large enough for several
+    // result tiles per rank (the one pass's, LOOM_SHM_RESULT_TILES), a partial last one and uneven
+    // slices, in and out of place. Mixed: rank 0 turns the tiles off, so every rank must agree to
+    // write with process_vm_writev.
     if (mode == "tiles:mixed" && rank == 0) setParam("LOOM_SHM_RESULT_TILES", "0");
-    const size_t count = static_cast<size_t>(n) * 300000 + 7;
+    const size_t sliced = static_cast<size_t>(n) * 300000 + 7, perRank = 300007;
     int ran = 0;
-    for (const auto& cs : matrix(Coll::kAllReduce, n, {count}, {loomSum, loomMax, loomAvg})) {
-      std::string e = runCase(comm, rank, n, cs);
-      ++ran;
-      if (!e.empty()) {
-        fprintf(stderr, "%s\n", e.c_str());
-        rc = 1;
+    for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kAllGather}) {
+      for (const auto& cs :
+           matrix(c, n, {c == Coll::kAllGather ? perRank : sliced}, {loomSum, loomMax, loomAvg})) {
+        std::string e = runCase(comm, rank, n, cs);
+        ++ran;
+        if (!e.empty()) {
+          fprintf(stderr, "%s\n", e.c_str());
+          rc = 1;
+        }
       }
     }
     fprintf(stderr, "ran %d cases\n", ran);
