@@ -754,6 +754,16 @@ TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
   }
 }
 
+// Workers of the tiles modes (workers.cc) with the tiles on even where the ranks outnumber the
+// cores, every call counted as cold, and the one pass saying how it ran.
+WorkerResult runTileWorkers(int n, const char* mode) {
+  return runWorkers(n, mode,
+                    {{"LOOM_SHM_RESULT_TILES", "2"},
+                     {"LOOM_NT_MIN", "1"},
+                     {"LOOM_DEBUG", "INFO"},
+                     {"LOOM_DEBUG_SUBSYS", "SHM"}});
+}
+
 // Out of place, the one pass passes the results through the shared segment's tiles
 // (LOOM_SHM_RESULT_TILES; 2 also where the ranks outnumber the cores, as they may here) where the
 // outputs are cold (LOOM_NT_MIN=1: every call counts as such): AllReduce (sum, max, avg) and
@@ -761,11 +771,7 @@ TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
 // slices, each element checked (and AllGather, which does not take the tiles, beside them).
 TEST(Shm, ResultTilesCarryEveryRanksResults) {
   for (int n : {2, 3, 4}) {
-    WorkerResult res = runWorkers(n, "tiles",
-                                  {{"LOOM_SHM_RESULT_TILES", "2"},
-                                   {"LOOM_NT_MIN", "1"},
-                                   {"LOOM_DEBUG", "INFO"},
-                                   {"LOOM_DEBUG_SUBSYS", "SHM"}});
+    WorkerResult res = runTileWorkers(n, "tiles");
     for (int r = 0; r < n; ++r) {
       EXPECT_TRUE(res.exitedWith(r, 0)) << n << " ranks, rank " << r << ": " << res.describe(r);
       EXPECT_NE(res.output[r].find("ran 120 cases"), std::string::npos) << res.output[r];
@@ -784,16 +790,12 @@ TEST(Shm, ResultTilesCarryEveryRanksResults) {
 
 // One rank with the tiles off: every rank writes the results with process_vm_writev instead.
 TEST(Shm, ResultTilesOnlyWhereEveryRankAgrees) {
-  WorkerResult res = runWorkers(2, "tiles:mixed",
-                                {{"LOOM_SHM_RESULT_TILES", "2"},
-                                 {"LOOM_NT_MIN", "1"},
-                                 {"LOOM_DEBUG", "INFO"},
-                                 {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  WorkerResult res = runTileWorkers(2, "tiles:mixed");
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
-    EXPECT_EQ(res.output[r].find("results through shared tiles"), std::string::npos)
-        << res.output[r];
-    EXPECT_NE(res.output[r].find("(process_vm_readv/writev)"), std::string::npos) << res.output[r];
+    const std::string& said = res.output[r];
+    EXPECT_EQ(said.find("results through shared tiles"), std::string::npos) << said;
+    EXPECT_NE(said.find("(process_vm_readv/writev)"), std::string::npos) << said;
   }
 }
 
