@@ -190,7 +190,7 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
 // are cold: each rank stores its part of the results into its own output and into tiles of the
 // shared segment, and every peer copies the tiles into its output around the caches.
 // process_vm_writev would store into the peer's output with ordinary stores, which first read each
-// cold line from memory: the tiles move a quarter less through memory for an AllReduce, and the
+// cold line from memory: the tiles move a fifth less through memory for an AllReduce, and the
 // kernel pins nothing for the results.
 //
 // Rank p's part is `bytes` bytes at `offset` in every output (Span); its tile j holds bytes
