@@ -180,13 +180,12 @@ const Param kShmResultTiles{
     ParamType::kInt,
     "1",
     "In that one pass, an out-of-place AllReduce or Broadcast whose outputs every peer reaches "
-    "only through "
-    "process_vm_writev passes its results through tiles in the shared segment instead: each rank "
-    "stores its slice's result into its own output and a shared tile, and each peer copies the "
-    "tile into its output (no write into another process's cold memory). 1: where the host's "
-    "ranks do not outnumber its cores (the ranks wait for each other tile by tile); 2: also where "
-    "they do; 0: process_vm_writev. The ranks agree: any rank's 0 (or 1 with too few cores) makes "
-    "them all use process_vm_writev",
+    "only through process_vm_writev, and are cold, passes its results through tiles in the "
+    "shared segment instead: each rank stores its slice's result into its own output and a shared "
+    "tile, and each peer copies the tile into its output (no write into another process's cold "
+    "memory). 1: where the host's ranks do not outnumber its cores (the ranks wait for each other "
+    "tile by tile); 2: also where they do; 0: process_vm_writev. The ranks agree: any rank's 0 "
+    "(or 1 with too few cores) makes them all use process_vm_writev",
     0,
     2};
 const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",

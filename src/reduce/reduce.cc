@@ -301,7 +301,7 @@ void reduceBuffersTwice(void* dst, void* copy, const void* a, const void* b, siz
   const size_t headElems = head / es;
   table()->reduce(c, x, y, headElems, dt, op);
   std::memcpy(d, c, head);
-  table()->reduceTwice(d + head, c + head, x + head, y + head, count - headElems, dt, op);
+  table()->reduceTwice(d + head, c + head, x + head, y + head, count - headElems, dt, es, op);
   storeFence();
 }
 

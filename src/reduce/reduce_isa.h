@@ -32,9 +32,10 @@ struct KernelTable {
                  loomRedOp_t op);
   void (*finishAverage)(void* data, size_t count, loomDataType_t dt, int nranks);
   // nt[i] = copy[i] = a[i] (op) b[i]: nt (64-byte aligned) by non-temporal stores, copy by ordinary
-  // ones; copy may alias a or b exactly. No fence: the caller fences.
+  // ones; copy may alias a or b exactly; es is dt's size (dtype.h's helpers are not for these
+  // translation units). No fence: the caller fences.
   void (*reduceTwice)(void* nt, void* copy, const void* a, const void* b, size_t count,
-                      loomDataType_t dt, loomRedOp_t op);
+                      loomDataType_t dt, size_t es, loomRedOp_t op);
 };
 
 extern const KernelTable kGenericKernels;

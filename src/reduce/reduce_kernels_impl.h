@@ -464,12 +464,8 @@ void streamLines(char* dst, const char* src, size_t bytes) {
 // The result goes to copy a kilobyte at a time, and from there (still in the first-level cache)
 // around the caches to nt: the streaming stores interleave with the reduction's loads.
 void reduceTwiceImpl(void* nt, void* copy, const void* a, const void* b, size_t n,
-                     loomDataType_t dt, loomRedOp_t op) {
+                     loomDataType_t dt, size_t es, loomRedOp_t op) {
   constexpr size_t kPiece = 1024;
-  const size_t es = dt == loomInt8 || dt == loomUint8                          ? 1
-                    : dt == loomFloat16 || dt == loomBfloat16                  ? 2
-                    : dt == loomInt32 || dt == loomUint32 || dt == loomFloat32 ? 4
-                                                                               : 8;
   auto* d = static_cast<char*>(nt);
   auto* c = static_cast<char*>(copy);
   const auto* x = static_cast<const char*>(a);
