@@ -131,6 +131,17 @@ class Transport {
   // Whether this transport wants memory registered (regMr) before it moves it: the runtime then
   // passes registered buffers' handles (loomCommRegister) instead of nullptr.
   virtual bool wantsRegistration() const { return true; }
+  // Loom extension: registers [data, data + size) (memory of `type`, NCCL_PTR_*) now, on the
+  // calling thread, for the connections of device `dev`, and keeps that registration until
+  // releaseMemory(*hold), so that requests on the range meanwhile, with or without a memory
+  // handle, find it made and call no driver. For the device runner (src/runtime/device_runner.h):
+  // registering GPU memory calls the CUDA driver (a dma-buf export), which must not happen on the
+  // thread a user's stream waits for. *hold is nullptr where the transport registers nothing.
+  virtual Status holdMemory(int dev, const void* data, size_t size, int type, void** hold) {
+    *hold = nullptr;
+    return Status();
+  }
+  virtual void releaseMemory(void* hold) {}
 };
 
 }  // namespace net

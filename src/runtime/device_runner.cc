@@ -186,6 +186,9 @@ DeviceRunner::~DeviceRunner() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Every job is finished now: their registrations go before the memory does.
+  for (auto& job : holding_) releaseHolds(job.get());
+  if (scratchHold_) comm_->transport()->releaseMemory(scratchHold_);
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   for (cuda::CUstream s : {stream_, backStream_}) {
     if (!s) continue;
@@ -228,44 +231,127 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
   if (job->calls.size() == 1 && onePass_->tries(job->calls[0]))
     job->exported = onePass_->exportBuffers(job->calls[0]);
   LOOM_TRY(reserveStaging(job.get()));
-  if (!job->streams.empty()) {
-    // The first stream carries the handoff; the others join it before and after (events), as a
-    // group's streams must all reach the calls and all wait for them.
-    const cuda::DriverApi& api = cuda::cudaDriver().api;
-    cuda::CUstream lead = job->streams[0];
-    auto event = [&](cuda::CUevent* ev) -> Status {
-      LOOM_CU(api.cuEventCreate(ev, cuda::kEventDisableTiming));
-      job->events.push_back(*ev);
-      return Status();
-    };
-    for (size_t i = 1; i < job->streams.size(); ++i) {
-      cuda::CUevent ev = nullptr;
-      LOOM_TRY(event(&ev));
-      LOOM_CU(api.cuEventRecord(ev, job->streams[i]));
-      LOOM_CU(api.cuStreamWaitEvent(lead, ev, 0));
-    }
-    job->seq = ++nextSeq_;
-    LOOM_TRY(signal_->enqueue(lead, job->seq));
-    LOOM_CU(api.cuEventRecord(passed_, lead));
-    for (size_t i = 1; i < job->streams.size(); ++i) {
-      cuda::CUevent ev = nullptr;
-      LOOM_TRY(event(&ev));
-      LOOM_CU(api.cuEventRecord(ev, lead));
-      LOOM_CU(api.cuStreamWaitEvent(job->streams[i], ev, 0));
+  releaseFinishedHolds();
+  LOOM_TRY(holdRegistrations(job.get()));
+  Status queued = job->streams.empty() ? Status() : handOff(job.get());
+  if (queued.isOk()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) {
+      queued = LOOM_ERROR(kInvalidUsage, "the communicator is being destroyed");
+    } else {
+      jobs_.push_back(job);
+      cv_.notify_all();
     }
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  if (stop_) return LOOM_ERROR(kInvalidUsage, "the communicator is being destroyed");
-  jobs_.push_back(job);
-  cv_.notify_all();
+  if (!queued.isOk()) {
+    releaseHolds(job.get());
+    return queued;
+  }
+  if (!job->holds.empty()) holding_.push_back(job);
   return job;
+}
+
+Status DeviceRunner::handOff(Job* job) {
+  // The first stream carries the handoff; the others join it before and after (events), as a
+  // group's streams must all reach the calls and all wait for them.
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  cuda::CUstream lead = job->streams[0];
+  auto event = [&](cuda::CUevent* ev) -> Status {
+    LOOM_CU(api.cuEventCreate(ev, cuda::kEventDisableTiming));
+    job->events.push_back(*ev);
+    return Status();
+  };
+  for (size_t i = 1; i < job->streams.size(); ++i) {
+    cuda::CUevent ev = nullptr;
+    LOOM_TRY(event(&ev));
+    LOOM_CU(api.cuEventRecord(ev, job->streams[i]));
+    LOOM_CU(api.cuStreamWaitEvent(lead, ev, 0));
+  }
+  job->seq = ++nextSeq_;
+  LOOM_TRY(signal_->enqueue(lead, job->seq));
+  LOOM_CU(api.cuEventRecord(passed_, lead));
+  for (size_t i = 1; i < job->streams.size(); ++i) {
+    cuda::CUevent ev = nullptr;
+    LOOM_TRY(event(&ev));
+    LOOM_CU(api.cuEventRecord(ev, lead));
+    LOOM_CU(api.cuStreamWaitEvent(job->streams[i], ev, 0));
+  }
+  return Status();
+}
+
+Status DeviceRunner::holdRegistrations(Job* job) {
+  net::Transport* t = comm_->transport();
+  if (!comm_->deviceSchedule() || t == nullptr) return Status();
+  // Device 0: the one Connections listens and connects on.
+  auto hold = [&](const void* p, size_t bytes, void** out) -> Status {
+    return t->holdMemory(0, p, std::max<size_t>(bytes, 1), net::kPtrCuda, out)
+        .withContext(fmt::format("rank {}: registering device buffer {} ({} bytes) for GPUDirect "
+                                 "RDMA",
+                                 comm_->rank(), p, bytes));
+  };
+  cuda::CUdeviceptr scratch = 0;
+  size_t scratchBytes = 0;
+  {
+    std::lock_guard<std::mutex> lk(scratchMu_);
+    scratch = scratch_;
+    scratchBytes = scratchBytes_;
+  }
+  if (scratch != scratchHeldAt_) {  // reserveStaging grew it (or the runner did, and registered it)
+    if (scratchHold_) t->releaseMemory(scratchHold_);
+    scratchHold_ = nullptr;
+    scratchHeldAt_ = 0;
+    if (scratch) LOOM_TRY(hold(reinterpret_cast<void*>(scratch), scratchBytes, &scratchHold_));
+    scratchHeldAt_ = scratch;
+  }
+  const int me = comm_->rank();
+  for (const QueuedOp& q : job->calls) {
+    const OpArgs& a = q.args;
+    const CollCounts c = collCounts(a.coll, a.count, comm_->nranks());
+    const size_t es = dataTypeSize(a.dtype);
+    const void* bufs[] = {
+        q.inDevice && collUsesInput(a.coll, me, a.root, a.isSend) ? a.sendbuff : nullptr,
+        q.outDevice && collUsesOutput(a.coll, me, a.root, a.isSend) ? a.recvbuff : nullptr};
+    const size_t bytes[] = {c.input * es, c.output * es};
+    for (int i = 0; i < 2; ++i) {
+      if (bufs[i] == nullptr) continue;
+      void* h = nullptr;
+      Status st = hold(bufs[i], bytes[i], &h);
+      if (!st.isOk()) {
+        releaseHolds(job);
+        return st;
+      }
+      if (h) job->holds.push_back(h);
+    }
+  }
+  return Status();
+}
+
+void DeviceRunner::releaseHolds(Job* job) {
+  for (void* h : job->holds) comm_->transport()->releaseMemory(h);
+  job->holds.clear();
+}
+
+void DeviceRunner::releaseFinishedHolds() {
+  while (!holding_.empty()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!holding_.front()->finished) return;  // jobs finish in order
+    }
+    releaseHolds(holding_.front().get());
+    holding_.pop_front();
+  }
 }
 
 Status DeviceRunner::wait(const std::shared_ptr<Job>& job) {
   if (job->seq) return Status();  // on streams: enqueued
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return job->finished; });
-  return job->status;
+  Status st;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return job->finished; });
+    st = job->status;
+  }
+  releaseFinishedHolds();
+  return st;
 }
 
 void DeviceRunner::finish(Job* job, Status st) {

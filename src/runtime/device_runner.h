@@ -118,7 +118,10 @@ class DeviceRunner {
     std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
     std::vector<StagePlan> plans;       // one per call, made with the reservation (post)
     DeviceOnePass::Exported exported;   // a single call's buffers' IPC handles (post)
-    char* staging = nullptr;            // pinned memory reserved for the staging copies
+    // The transport's registrations of the call's device buffers on the schedule path, made by
+    // post and released by the posting thread once the job is finished (holdRegistrations).
+    std::vector<void*> holds;
+    char* staging = nullptr;  // pinned memory reserved for the staging copies
     size_t stagingBytes = 0;
     bool finished = false;
     Status status;
@@ -145,6 +148,17 @@ class DeviceRunner {
   // Makes the device scratch at least bytes (geometrically); post's thread or the runner's.
   Status growScratch(size_t bytes);
   void finish(Job* job, Status st);
+  // The user's streams wait for the job (post).
+  Status handOff(Job* job);
+  // On the schedule path (GPUDirect RDMA), on the calling thread: registers with the network
+  // transport the job's device buffers and the device scratch (net::Transport::holdMemory), so that
+  // the runner's requests find them registered. Registering GPU memory exports it (the driver's
+  // cuMemGetHandleForAddressRange), a call the runner must not make while a user's stream may
+  // wait for it (reserveStaging says why); the registrations then stay cached for later calls.
+  Status holdRegistrations(Job* job);
+  void releaseHolds(Job* job);
+  // Releases the holds of the jobs posted with some that have finished (the calling thread).
+  void releaseFinishedHolds();
 
   Comm* comm_;
   int device_;
@@ -165,6 +179,9 @@ class DeviceRunner {
   cuda::CUdeviceptr scratch_ = 0;  // deviceScratch's
   size_t scratchBytes_ = 0;
   std::vector<cuda::CUdeviceptr> outgrownScratch_;
+  cuda::CUdeviceptr scratchHeldAt_ = 0;  // the scratch scratchHold_ registers (posting thread)
+  void* scratchHold_ = nullptr;
+  std::deque<std::shared_ptr<Job>> holding_;  // posted jobs with holds, in order (posting thread)
   uint64_t nextSeq_ = 0;
 
   std::mutex mu_;

@@ -88,6 +88,26 @@ std::string gpuPciPathOf(int ordinal) {
   return real;
 }
 
+Status gpuAllocation(const void* data, size_t size, uintptr_t* begin, size_t* bytes) {
+  const cuda::Driver& d = driver();
+  LOOM_TRY(d.status);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  CUdeviceptr base = 0;
+  size_t length = 0;
+  CUresult rc = d.api.cuMemGetAddressRange(&base, &length, static_cast<CUdeviceptr>(p));
+  if (rc != cuda::kSuccess)
+    return cuda::cudaError(
+        rc, fmt::format("cuMemGetAddressRange of GPU buffer {} ({} bytes)", data, size).c_str());
+  if (p + size > base + length)
+    return LOOM_ERROR(kInvalidArgument,
+                      "GPU buffer {} ({} bytes) runs past the end of its allocation ({:#x}, {} "
+                      "bytes)",
+                      data, size, base, length);
+  *begin = base;
+  *bytes = length;
+  return Status();
+}
+
 Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
                  size_t* length) {
   const cuda::Driver& d = driver();
@@ -98,22 +118,14 @@ Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintp
   // rounded up to the host page, as the driver wants; the registration starts data's offset in.
   // One registration then serves every buffer of the allocation.
   const uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  CUdeviceptr base = 0;
+  uintptr_t base = 0;
   size_t bytes = 0;
-  CUresult rc = d.api.cuMemGetAddressRange(&base, &bytes, static_cast<CUdeviceptr>(p));
-  if (rc != cuda::kSuccess)
-    return cuda::cudaError(
-        rc, fmt::format("cuMemGetAddressRange of GPU buffer {} ({} bytes)", data, size).c_str());
-  if (p + size > base + bytes)
-    return LOOM_ERROR(kInvalidArgument,
-                      "GPU buffer {} ({} bytes) runs past the end of its allocation ({:#x}, {} "
-                      "bytes)",
-                      data, size, base, bytes);
+  LOOM_TRY(gpuAllocation(data, size, &base, &bytes));
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t exported = (bytes + page - 1) / page * page;
   int out = -1;
-  rc = d.api.cuMemGetHandleForAddressRange(&out, base, exported, cuda::kMemRangeHandleTypeDmaBufFd,
-                                           0);
+  CUresult rc = d.api.cuMemGetHandleForAddressRange(&out, base, exported,
+                                                    cuda::kMemRangeHandleTypeDmaBufFd, 0);
   if (rc != cuda::kSuccess)
     return cuda::cudaError(rc, fmt::format("cuMemGetHandleForAddressRange (dma-buf) of the "
                                            "allocation at {:#x} ({} bytes)",

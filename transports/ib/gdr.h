@@ -32,6 +32,9 @@ GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd);
 
 // The CUDA driver, loaded once; errors say what is missing ("no CUDA driver (libcuda.so.1: ...)").
 Status cudaDriverAvailable();
+// The CUDA allocation holding [data, data + size): its base (*begin) and size (*bytes). A range
+// that is not in one allocation is an error naming it.
+Status gpuAllocation(const void* data, size_t size, uintptr_t* begin, size_t* bytes);
 // A dma-buf fd for the CUDA allocation holding [data, data + size): the whole allocation, from
 // its base (*begin) for *length bytes (its size rounded up to the host page); *offset is data's
 // offset in it. A range that is not in one allocation is an error naming it. The caller closes

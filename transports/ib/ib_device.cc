@@ -209,26 +209,31 @@ Result<CachedMr*> Device::regHost(const void* data, size_t size) {
 Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   if (!gdr_.usable())
     return LOOM_ERROR(kInvalidUsage, "{}: cannot register GPU memory: {}", name_, gdr_.summary);
+  uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  const uint64_t id = gpuBufferId(data);
+  const int level = gdrLevelParam();
   // GPUDirect only where the GPU sits close enough to the NIC (LOOM_NET_GDR_LEVEL).
-  std::string gpuPath = gpuPciPath(data);
-  int dist = pciDistance(gpuPath, pciPath_), level = gdrLevelParam();
-  if (dist > level)
+  auto tooFar = [&](const std::string& gpuPath, int dist) {
     return LOOM_ERROR(kInvalidUsage,
                       "{}: GPUDirect RDMA not used for GPU {}: PCI distance {} is beyond "
                       "LOOM_NET_GDR_LEVEL ({}); stage through host memory",
                       name_, gpuPath.empty() ? "(unknown)" : gpuPath, dist, level);
-  uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  const uint64_t id = gpuBufferId(data);
+  };
   std::lock_guard<std::mutex> lk(mrMu_);
   for (auto& m : mrs_) {
     // The same allocation only: a range freed and allocated again while in use (the caller's
     // error) is not shared with the new allocation.
     if (m->gpu && m->begin <= p && p + size <= m->end && m->bufferId == id) {
+      if (m->pciDistance > level) return tooFar(gpuPciPath(data), m->pciDistance);
       ++m->refs;
       return m.get();
     }
   }
-  dropFreedIdleGpu();  // a new registration: first the idle ones of allocations now gone
+  // A new registration: what follows is for the first use of an allocation only.
+  std::string gpuPath = gpuPciPath(data);
+  const int dist = pciDistance(gpuPath, pciPath_);
+  if (dist > level) return tooFar(gpuPath, dist);
+  dropFreedIdleGpu();  // first the idle ones of allocations now gone
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ibv_mr* mr = nullptr;
   uintptr_t begin = p;
@@ -244,10 +249,12 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
       return LOOM_ERROR(kSystem, "{}: ibv_reg_dmabuf_mr of {} GPU bytes failed: {}", name_, length,
                         std::strerror(err));
   } else {
-    mr = api_->regMr(pd_, const_cast<void*>(data), size, access);
+    // The whole allocation too, as with dma-buf: one registration serves every buffer in it.
+    LOOM_TRY(gpuAllocation(data, size, &begin, &length));
+    mr = api_->regMr(pd_, reinterpret_cast<void*>(begin), length, access);
     if (mr == nullptr)
       return LOOM_ERROR(kSystem, "{}: ibv_reg_mr of {} GPU bytes failed through nvidia-peermem: {}",
-                        name_, size, std::strerror(errno));
+                        name_, length, std::strerror(errno));
   }
   auto m = std::make_unique<CachedMr>();
   m->begin = begin;
@@ -256,6 +263,7 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   m->refs = 1;
   m->gpu = true;
   m->bufferId = id;
+  m->pciDistance = dist;
   mrs_.push_back(std::move(m));
   return mrs_.back().get();
 }

@@ -44,6 +44,7 @@ struct CachedMr {
   int refs = 0;
   bool gpu = false;
   uint64_t bufferId = 0;  // GPU: the allocation's (gpuBufferId); 0: unknown
+  int pciDistance = 0;    // GPU: from its GPU to the NIC (pciDistance)
   uint64_t lastUse = 0;   // when it last became idle (GPU, kept registered)
 };
 
@@ -91,7 +92,9 @@ class Device {
   // registration pinned.
   Result<CachedMr*> regHost(const void* data, size_t size);
   // GPU memory through dma-buf or nvidia-peermem (whichever gdr() found); an error says why
-  // neither works. A GPU allocation's registration outlives its last user (a training loop sends
+  // neither works. Either registers the whole allocation holding the range, so that any part of it
+  // finds the registration later (only that first registration calls the driver beyond two
+  // pointer queries). A GPU allocation's registration outlives its last user (a training loop sends
   // from the same allocations every step; registering one costs far more than a message): kept
   // idle, keyed by the allocation's buffer id, until that allocation is gone (checked before each
   // new registration, and every second by the event thread: its range now holds another id, or

@@ -84,6 +84,8 @@ class IbTransport final : public net::Transport {
 
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
+  Status holdMemory(int dev, const void* data, size_t size, int type, void** hold) override;
+  void releaseMemory(void* hold) override { (void)deregMr(nullptr, hold); }
 
   Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,
                void** request) override {
@@ -133,6 +135,8 @@ class IbTransport final : public net::Transport {
   }
 
  private:
+  // regMr's and holdMemory's registration of [data, data + size) on d: *mhandle a MemHandle.
+  Status registerOn(Device* d, void* data, size_t size, int type, void** mhandle);
   Status checkDev(int dev) const {
     if (dev < 0 || dev >= devices())
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: device {} out of range (0..{})", dev,
@@ -349,7 +353,18 @@ Status IbTransport::regMr(void* comm, void* data, size_t size, int type, void** 
   *mhandle = nullptr;
   auto* c = static_cast<Comm*>(comm);
   if (c == nullptr) return LOOM_ERROR(kInvalidArgument, "InfiniBand: regMr on a null comm");
-  Device* d = c->dev();
+  return registerOn(c->dev(), data, size, type, mhandle);
+}
+
+Status IbTransport::holdMemory(int dev, const void* data, size_t size, int type, void** hold) {
+  *hold = nullptr;
+  LOOM_TRY(checkDev(dev));
+  // The registration cache is the device's: requests of every connection on it find the range
+  // (a GPU allocation is registered whole, so any part of it).
+  return registerOn(ports_[dev]->dev, const_cast<void*>(data), size, type, hold);
+}
+
+Status IbTransport::registerOn(Device* d, void* data, size_t size, int type, void** mhandle) {
   Result<CachedMr*> mr = Status();
   if (type == net::kPtrHost) {
     mr = d->regHost(data, size);

@@ -395,6 +395,7 @@ CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr, size_t by
   if (!state().cfg.dmabuf) return kErrorNotSupported;
   const size_t page = size_t(::getpagesize());
   if (bytes == 0 || dptr % page != 0 || bytes % page != 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(waitForMappingLock("cuMemGetHandleForAddressRange"));
   return guarded([&] {
     std::shared_ptr<Region> r = space().inArena(dptr) ? space().find(dptr) : nullptr;
     if (r == nullptr || bytes > r->span - (dptr - r->base)) return kErrorInvalidValue;

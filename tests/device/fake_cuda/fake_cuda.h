@@ -62,10 +62,11 @@
 //   the process with a line on stderr saying so (with LOOMTEST_FAKECUDA_LOAD_WAIT_MS=N set, after
 //   N ms the call fails with CUDA_ERROR_NOT_PERMITTED instead).
 //   (cuMemFree does not wait here, unlike the driver's: a test frees memory under pending work.)
-// - The mapping lock: cuMemAlloc, cuMemHostAlloc, cuIpcGetMemHandle, cuIpcOpenMemHandle and
-//   cuIpcCloseMemHandle wait while another thread is in a blocking copy to pageable memory that
-//   waits for its stream (an H200 hung so in cuMemHostAlloc: the copy holds the lock the
-//   allocation takes; the IPC calls are treated alike, to be safe). Past 5 s, the same abort (or
+// - The mapping lock: cuMemAlloc, cuMemHostAlloc, cuIpcGetMemHandle, cuIpcOpenMemHandle,
+//   cuIpcCloseMemHandle and cuMemGetHandleForAddressRange wait while another thread is in a
+//   blocking copy to pageable memory that waits for its stream (an H200 hung so in
+//   cuMemHostAlloc: the copy holds the lock the allocation takes; the IPC calls and the dma-buf
+//   export are treated alike, to be safe). Past 5 s, the same abort (or
 //   CUDA_ERROR_NOT_PERMITTED with LOOMTEST_FAKECUDA_LOAD_WAIT_MS).
 // - Faults: an illegal address (a kernel pointer that is not device or host-mapped memory of this
 //   process, a range past an allocation's end, memory freed before the stream reached the work)

@@ -483,6 +483,38 @@ TEST_P(IbTransportTest, GpuRegistrationsOutliveTheirUsersUntilTheAllocationIsFre
   EXPECT_EQ(b_.count("mr"), mrs + static_cast<int>(ib::Device::kIdleGpuMrs));
 }
 
+// holdMemory (the device runner's registration of a call's GPU buffers, on the posting thread):
+// a held allocation stays registered however many idle ones the cache keeps, and every request on
+// any part of it meanwhile, with or without a handle, registers nothing more; once released, it is
+// an idle registration like any other. A device out of range is refused.
+TEST_P(IbTransportTest, HeldGpuMemoryServesEveryRequestOnItsAllocation) {
+  if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
+  const int mrs = b_.count("mr");
+  const int held = static_cast<int>(ib::Device::kIdleGpuMrs) + 4;
+  std::vector<std::unique_ptr<loomtest::DevBuf>> bufs;
+  std::vector<void*> holds;
+  for (int i = 0; i < held; ++i) {
+    bufs.push_back(std::make_unique<loomtest::DevBuf>(256 << 10));
+    ASSERT_TRUE(bufs.back()->ok());
+    void* h = nullptr;
+    Status st = t_->holdMemory(0, bufs.back()->ptr(8192), 4096, net::kPtrCuda, &h);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    ASSERT_NE(h, nullptr);
+    holds.push_back(h);
+  }
+  EXPECT_EQ(b_.count("mr"), mrs + held) << "held registrations are not capped as idle ones are";
+  // Other parts of each allocation than the held range: the whole allocation was registered.
+  for (auto& b : bufs) ASSERT_EQ(regDeregGpu(b->ptr(64 << 10), 128 << 10), "");
+  EXPECT_EQ(b_.count("mr"), mrs + held) << "a request registered a held allocation again";
+  for (void* h : holds) t_->releaseMemory(h);
+  EXPECT_EQ(b_.count("mr"), mrs + static_cast<int>(ib::Device::kIdleGpuMrs))
+      << "released, they are idle registrations, capped";
+  void* h = nullptr;
+  Status st = t_->holdMemory(t_->devices(), bufs[0]->ptr(0), 4096, net::kPtrCuda, &h);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
+}
+
 TEST_P(IbTransportTest, FreedGpuAllocationsLoseTheirIdleRegistrationWithoutANewOne) {
   if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
   const int mrs = b_.count("mr");
