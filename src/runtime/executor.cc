@@ -186,7 +186,8 @@ struct InFlight {
   void* request;
   int peer;
   net::Transport* transport;
-  bool fused;  // a receive-reduce the transport combined itself
+  bool fused;          // a receive-reduce the transport combined itself
+  bool flush = false;  // the flush that makes a receive into device memory visible (iflush)
 };
 
 using QueueKey = std::tuple<int, int, bool>;  // peer, channel, isSend
@@ -530,6 +531,8 @@ class Executor {
       Run& r = *f.run;
       uint32_t p = f.piece;
       bool fusedDone = f.fused;
+      const bool flushed = f.flush;
+      net::Transport* t = f.transport;
       cr.inflight.erase(cr.inflight.begin() + i);
       const Piece& pc = r.sched->lowered.pieces[p];
       const Step& s = pc.step;
@@ -537,12 +540,31 @@ class Executor {
         size_t want = s.count * r.elemSize;
         // A message of another size than the step's is of another call: the same code and
         // message as every other sign of calls that differ.
-        if (got != want)
+        if (!flushed && got != want)
           return peerError(
               r, p,
               Status(Code::kRemote,
                      fmt::format("it sent {} bytes where this rank expected {}", got, want))
                   .withCause(Cause::kMismatch));
+        if (r.device && !flushed && want > 0) {
+          // GPUDirect RDMA: the NIC's writes into device memory may land after the receive's
+          // completion; the transport's flush (a read through the NIC, which orders them) comes
+          // before any kernel, copy or the stream reads them. Nothing to wait for where the
+          // transport needs none.
+          void* dst =
+              s.kind == StepKind::kRecv ? r.ptr(s.dst) : r.staging + pc.stagingOffset * r.elemSize;
+          Result<void*> conn = comm->connections().recvConn(s.peer, s.channel);
+          if (!conn.isOk()) return connectError(r, p, conn.status());
+          void* mh = comm->memHandle(t, conn.value(), dst, want);
+          void* req = nullptr;
+          Status flush = t->iflush(conn.value(), 1, &dst, &want, mh ? &mh : nullptr, &req);
+          if (!flush.isOk()) return peerError(r, p, flush);
+          *progressed = true;
+          if (req) {
+            cr.inflight.push_back({&r, p, req, s.peer, t, fusedDone, true});
+            continue;
+          }
+        }
         if (s.kind == StepKind::kRecvReduce && !fusedDone) {
           const loomRedOp_t op = r.args.op == loomAvg ? loomSum : r.args.op;
           char* staged = r.staging + pc.stagingOffset * r.elemSize;

@@ -536,6 +536,7 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
                                    {"LOOM_IBVERBS_LIB", LOOMTEST_FAKEVERBS_LIB},
                                    {"LOOM_SHM_DISABLE", "1"},
                                    {"LOOM_NET_GDR_LEVEL", "SYS"},
+                                   {"LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS", "200"},
                                    {"LOOM_DEVICE_GDR", gdr}});
     for (int r = 0; r < 3; ++r)
       EXPECT_TRUE(res.exitedWith(r, 0))

@@ -260,6 +260,7 @@ Request* Comm::allocRequest(Request::Kind kind) {
     r.inUse = true;
     if (kind == Request::Kind::kSend) ++sends_;
     if (kind == Request::Kind::kRecv) ++recvs_;
+    if (kind == Request::Kind::kFlush) ++flushes_;
     return &r;
   }
   return nullptr;
@@ -272,6 +273,7 @@ void Comm::freeRequest(Request* r) {
   }
   if (r->kind == Request::Kind::kSend) --sends_;
   if (r->kind == Request::Kind::kRecv) --recvs_;
+  if (r->kind == Request::Kind::kFlush) --flushes_;
   r->inUse = false;
 }
 
@@ -389,7 +391,7 @@ Status Comm::irecv(int n, void** data, const size_t* sizes, const int* tags, Mem
 
 Status Comm::ensureFlushQp() {
   if (flushQp_ != nullptr) return Status();
-  LOOM_ASSIGN(flushQp_, createQp(kMaxRequests, 1));
+  LOOM_ASSIGN(flushQp_, createQp(kMaxFlushes, 1));
   flushScratch_.reset(new char[64]());
   LOOM_ASSIGN(flushMr_, dev()->regHost(flushScratch_.get(), 64));
   uint32_t psn = static_cast<uint32_t>(randomU64() & 0xffffff);
@@ -402,15 +404,43 @@ Status Comm::iflush(int n, void** data, const size_t* sizes, MemHandle** mhs, vo
   *request = nullptr;
   if (params::kIbGdrFlushDisable.asBool()) return Status();
   // The last GPU buffer that received bytes: reading it through the NIC orders every earlier
-  // PCIe write to GPU memory before the read's completion.
+  // PCIe write to GPU memory before the read's completion. A buffer without a handle (Loom's
+  // runtime passes none for memory the transport registered per message) is looked up in the
+  // registration cache, where a GPU allocation's registration stays (regGpu): the flush holds it
+  // until it completes.
   int last = -1;
-  for (int i = 0; i < n; ++i)
-    if (mhs != nullptr && mhs[i] != nullptr && mhs[i]->mr->gpu && sizes[i] > 0) last = i;
+  CachedMr* found = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] == 0) continue;
+    if (mhs != nullptr && mhs[i] != nullptr) {
+      if (mhs[i]->mr->gpu) last = i;
+    } else if (dev()->gdr().cudaDriver && isGpuPointer(data[i])) {
+      last = i;
+    }
+  }
   if (last < 0) return Status();
   if (!failure_.isOk()) return failure_;
+  // A request slot and a place on the flush queue pair always exist for a caller that tests its
+  // flushes (each follows a receive, of which at most kMaxRequests are outstanding); one that
+  // piles them up is told, never skipped (the GPU would read bytes that may not have landed).
+  if (flushes_ >= kMaxFlushes)
+    return LOOM_ERROR(kInvalidUsage,
+                      "InfiniBand: {} flushes to {} are in flight, none tested: the most a "
+                      "connection takes",
+                      flushes_, peer_);
   LOOM_TRY(ensureFlushQp().withContext("InfiniBand: creating the flush queue pair"));
-  Request* r = allocRequest(Request::Kind::kFlush);
-  if (r == nullptr) return Status();
+  uint32_t rkey = 0;
+  if (mhs != nullptr && mhs[last] != nullptr) {
+    rkey = mhs[last]->mr->mr->rkey;
+  } else {
+    LOOM_ASSIGN(found, dev()->regGpu(data[last], sizes[last]));
+    rkey = found->mr->rkey;
+  }
+  Request* r = allocRequest(Request::Kind::kFlush);  // a slot is free (above)
+  r->own[0] = found;
+  // On the NIC at once, and local (the flush queue pair reads this process's memory): it waits
+  // for the NIC, whether or not the peer is still there (it may have finished and gone).
+  r->matched = true;
   ibv_sge sge{reinterpret_cast<uint64_t>(flushScratch_.get()), 1, flushMr_->mr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = wrId(kWrFlush, static_cast<uint64_t>(r - requests_));
@@ -419,12 +449,11 @@ Status Comm::iflush(int n, void** data, const size_t* sizes, MemHandle** mhs, vo
   wr.opcode = IBV_WR_RDMA_READ;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(data[last]);
-  wr.wr.rdma.rkey = mhs[last]->mr->mr->rkey;
+  wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad = nullptr;
-  if (dev()->api().postSend(flushQp_, &wr, &bad) != 0) {
+  if (int rc = dev()->api().postSend(flushQp_, &wr, &bad); rc != 0) {
     freeRequest(r);
-    return LOOM_ERROR(kSystem, "InfiniBand: posting the flush read failed: {}",
-                      std::strerror(errno));
+    return LOOM_ERROR(kSystem, "InfiniBand: posting the flush read failed: {}", std::strerror(rc));
   }
   *request = r;
   return Status();

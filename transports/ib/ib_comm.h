@@ -127,8 +127,10 @@ class Comm {
   uint64_t remoteAddr_ = 0;  // the peer's FIFO (receive side) or record array (send side)
   uint32_t remoteRkey_ = 0;
 
-  Request requests_[2 * kMaxRequests];
-  int sends_ = 0, recvs_ = 0;  // outstanding
+  // Sends and receives (kMaxRequests each) and flushes (kMaxFlushes, the flush QP's depth).
+  static constexpr int kMaxFlushes = 2 * kMaxRequests;
+  Request requests_[2 * kMaxRequests + kMaxFlushes];
+  int sends_ = 0, recvs_ = 0, flushes_ = 0;  // outstanding
 
   // Send side.
   std::deque<Request*> unmatched_;

@@ -286,25 +286,39 @@ class PluginTransport final : public net::Transport {
     return Status();
   }
 
-  // Only buffers the caller registered can need a flush (GPU memory); the adaptor's own
-  // registrations are host memory, which never does.
+  // GPU memory that received bytes needs a flush (the plugin decides whether its NIC does). A
+  // buffer the caller passes without a handle (Loom's runtime, for memory registered per message)
+  // is registered for the flush as for the receive; host memory never needs one.
   Status iflush(void* recvConn, int n, void** data, const size_t* sizes, void** mhandles,
                 void** request) override {
     *request = nullptr;
     LOOM_ASSIGN(Comm * c, commOf(recvConn, Comm::Kind::kRecv, "iflush"));
-    if (!abi_->hasIflush() || mhandles == nullptr) return Status();
+    if (!abi_->hasIflush()) return Status();
     if (n < 1 || n > c->maxRecvs)
       return LOOM_ERROR(kInvalidArgument, "{}: iflush of {} buffers (1 to {})", describe(), n,
                         c->maxRecvs);
     int isizes[kMaxGroupedRecvs];
+    bool any = false;
     for (int i = 0; i < n; ++i) {
       if (sizes[i] > INT_MAX)
         return LOOM_ERROR(kInvalidArgument, "{}: iflush of {} bytes: the ABI's sizes are int",
                           describe(), sizes[i]);
       isizes[i] = static_cast<int>(sizes[i]);
+      any = any || (mhandles != nullptr && mhandles[i] != nullptr) ||
+            (sizes[i] > 0 && device::cudaUsable() &&
+             device::classify(data[i]).kind == MemKind::kCudaDevice);
     }
+    if (!any) return Status();
     Request* r = newRequest(c, Request::Kind::kFlush, n);
-    Status st = call("iflush", abi_->iflush(c->plugin, n, data, isizes, mhandles, &r->plugin));
+    void* bufs[kMaxGroupedRecvs];
+    void* mhs[kMaxGroupedRecvs];
+    Status st;
+    for (int i = 0; i < n && st.isOk(); ++i) {
+      bufs[i] = data[i];
+      mhs[i] = mhandles ? mhandles[i] : nullptr;
+      st = autoRegister(r, &bufs[i], sizes[i], &mhs[i]);
+    }
+    if (st.isOk()) st = call("iflush", abi_->iflush(c->plugin, n, bufs, isizes, mhs, &r->plugin));
     if (!st.isOk() || r->plugin == nullptr) {
       finish(r);
       return st;

@@ -12,8 +12,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -436,6 +438,31 @@ bool remoteOk(Engine& e, const Qp& qp, const Wire& h, int access, std::shared_pt
   return true;
 }
 
+// A NIC's PCIe writes into GPU memory are not ordered with the completion the CPU polls: a kernel
+// launched at once may read the old bytes. A read through the NIC from GPU memory (the flush of
+// NCCL's plugins, iflush) lands every earlier one. Emulated where
+// LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS is a positive number of milliseconds: a write into a
+// dma-buf registration is held back that long, or until such a read.
+int gpuWriteDelayMs() {
+  static const int ms = [] {
+    const char* v = std::getenv("LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS");
+    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return ms;
+}
+
+// Lands the held-back GPU writes that are due (all of them: a flush); true while some remain.
+bool landGpuWrites(Engine& e, bool all) {
+  std::lock_guard<std::mutex> lock(e.gpuMu);
+  const auto now = Clock::now();
+  while (!e.gpuWrites.empty() && (all || e.gpuWrites.front().due <= now)) {
+    Engine::GpuWrite& w = e.gpuWrites.front();
+    placeData(w.dst, w.payload->data.get(), w.len);
+    e.gpuWrites.pop_front();
+  }
+  return !e.gpuWrites.empty();
+}
+
 Outcome executeLocked(Engine& e, Qp& qp, Qp::Pending& p) {
   auto link = p.link.lock();
   const Wire& h = p.hdr;
@@ -448,7 +475,16 @@ Outcome executeLocked(Engine& e, Qp& qp, Qp::Pending& p) {
           answer(link, h, kNak, kNakRemAccess);
           return Outcome::kFatal;
         }
-        if (h.length > 0) placeData(mr->at(h.remoteAddr), p.payload->data.get(), h.length);
+        if (h.length > 0 && mr->map != nullptr && gpuWriteDelayMs() > 0) {
+          {
+            std::lock_guard<std::mutex> lock(e.gpuMu);
+            e.gpuWrites.push_back({mr, mr->at(h.remoteAddr), p.payload, size_t(h.length),
+                                   Clock::now() + std::chrono::milliseconds(gpuWriteDelayMs())});
+          }
+          notifyTimer(e);
+        } else if (h.length > 0) {
+          placeData(mr->at(h.remoteAddr), p.payload->data.get(), h.length);
+        }
         p.dataDone = true;
       }
       if (h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
@@ -491,6 +527,7 @@ Outcome executeLocked(Engine& e, Qp& qp, Qp::Pending& p) {
         answer(link, h, kNak, kNakRemInvReq);
         return Outcome::kFatal;
       }
+      if (mr != nullptr && mr->map != nullptr) landGpuWrites(e, true);  // a flush
       auto data = std::make_shared<Buffer>(h.length);
       if (h.length > 0) std::memcpy(data->data.get(), mr->at(h.remoteAddr), h.length);
       answer(link, h, kReadResp, NakKind(0), std::move(data));
@@ -639,7 +676,8 @@ int receiveWriteDirect(Engine& e, const std::shared_ptr<Link>& link, const Wire&
   std::lock_guard<std::mutex> lock(qp->mu);
   std::shared_ptr<Mr> mr;
   if (!acceptsLocked(*qp, h) || h.psn != qp->rqPsn || !qp->pending.empty() ||
-      !remoteOk(e, *qp, h, IBV_ACCESS_REMOTE_WRITE, &mr) || !mr) {
+      !remoteOk(e, *qp, h, IBV_ACCESS_REMOTE_WRITE, &mr) || !mr ||
+      (mr->map != nullptr && gpuWriteDelayMs() > 0)) {  // GPU writes held back: executeLocked
     return 0;
   }
   char* dst = mr->at(h.remoteAddr);
@@ -903,6 +941,7 @@ bool tick(Engine& e) {
       more = true;
     }
   }
+  if (landGpuWrites(e, false)) more = true;
   return more;
 }
 

@@ -269,6 +269,19 @@ struct Engine {
   std::condition_variable timerCv;
   bool timerWork = false;
 
+  // RDMA writes into GPU memory (a dma-buf registration) not yet visible: with
+  // LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS=N they land N ms after the write completed, or at the
+  // next read through a dma-buf registration of this process (a flush), whichever comes first.
+  struct GpuWrite {
+    std::shared_ptr<Mr> mr;  // keeps the mapping
+    char* dst = nullptr;
+    BufferPtr payload;
+    size_t len = 0;
+    Clock::time_point due;
+  };
+  std::mutex gpuMu;
+  std::deque<GpuWrite> gpuWrites;
+
   std::atomic<int> nContexts{0}, nPds{0}, nMrs{0}, nCqs{0}, nQps{0};
   std::atomic<int> nRegMrCalls{0};  // ibv_reg_mr calls since the process started
 };
@@ -292,7 +305,8 @@ void errorLocked(Engine& e, Qp& qp, ibv_wc_status headStatus);
 void failRnrLocked(Qp& qp);
 void destroyQpLocked(Engine& e, Qp& qp);
 
-// One pass of the timer over retries and RNR waits; true while some still wait.
+// One pass of the timer over retries, RNR waits and GPU writes not yet visible; true while some
+// still wait.
 bool tick(Engine& e);
 
 // The test controls (fake_verbs.h).

@@ -62,6 +62,11 @@
 //   (or of a later one of the same QP) is polled, as on mlx5: all-unsignaled posting fills it.
 // - ibv_reg_dmabuf_mr mmaps the fd (a memfd works) at offset; iova addresses the region. With
 //   LOOMTEST_FAKEVERBS_DMABUF=0 it fails with EOPNOTSUPP (a NIC without dma-buf support).
+// - GPU memory's visibility: with LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS=N (N > 0), an RDMA write
+//   into a dma-buf registration completes at once but lands N ms later, unless a read through a
+//   dma-buf registration of the same process (the flush of NCCL's plugins, iflush) lands every
+//   such write first: a NIC's PCIe writes to a GPU are not ordered with the completion the CPU
+//   polls, and a consumer that does not flush may read the old bytes.
 // - ibv_create_cq with a completion channel: EOPNOTSUPP. CQ overflow is not detected. Atomics,
 //   SRQ, UD and memory windows are not emulated. ibv_dealloc_pd with live MRs or QPs, and
 //   ibv_destroy_cq with QPs attached: EBUSY.
