@@ -245,8 +245,17 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdInfo& id, int nranks, i
   // GPUDirect RDMA for this rank's device calls: its network takes device memory, and every GPU
   // of this host is near enough its NIC (LOOM_NET_GDR_LEVEL, as each registration checks): the
   // rank's GPU is not known before its first device call.
-  if (params::kDeviceGdr.asBool() && c->net_->getProperties(0, &netProps).isOk() &&
-      (netProps.ptrSupport & net::kPtrCuda) && ib::gdrReachesEveryGpu(netProps.pciPath))
+  const bool haveProps = c->net_->getProperties(0, &netProps).isOk();
+  if (!params::kDeviceGdr.asBool())
+    c->gdrWhyNot_ = "LOOM_DEVICE_GDR=0";
+  else if (!haveProps || !(netProps.ptrSupport & net::kPtrCuda))
+    c->gdrWhyNot_ = fmt::format("its network ({}) takes no device memory", c->net_->name());
+  else if (!ib::gdrReachesEveryGpu(netProps.pciPath))
+    c->gdrWhyNot_ = fmt::format(
+        "a GPU of this host is farther from NIC {} than LOOM_NET_GDR_LEVEL allows, or the CUDA "
+        "driver lists none",
+        netProps.name);
+  else
     me.flags |= PeerInfo::kPeerNetCuda;
   if (!params::kShmDisable.asBool()) me.flags |= PeerInfo::kPeerShm;
   cpu_set_t cpus;
@@ -357,7 +366,7 @@ void Comm::computeLocality() {
   yieldWhenIdle_ = localRanks_ > usableCpus();
   spinNs_ =
       params::kSpinUs.isSet() ? std::max<int64_t>(0, params::kSpinUs.asInt()) * 1000 : 100 * 1000;
-  deviceSchedule_ = findDeviceSchedule();
+  deviceSchedule_ = findDeviceSchedule(&deviceScheduleWhyNot_);
 }
 
 bool Comm::sharesProcess() const {
@@ -504,18 +513,39 @@ Result<std::shared_ptr<const AlgoFilter>> Comm::algoFilter() const {
 
 bool Comm::allLocal() const { return shm_ && shm_->area().nlocal() == nranks_; }
 
-bool Comm::findDeviceSchedule() const {
-  if (nranks_ < 2) return false;
+bool Comm::findDeviceSchedule(std::string* whyNot) const {
+  if (nranks_ < 2) {
+    *whyNot = "one rank";
+    return false;
+  }
   std::map<std::string, int> perHost;
+  std::vector<int> without;
   bool shm = false;
-  for (const PeerInfo& p : peers_) {
-    if (!(p.flags & PeerInfo::kPeerNetCuda)) return false;
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[r];
+    if (!(p.flags & PeerInfo::kPeerNetCuda)) without.push_back(r);
     ++perHost[p.hostId];
     shm = shm || (p.flags & PeerInfo::kPeerShm);
   }
+  if (!without.empty()) {
+    std::string list;
+    for (size_t i = 0; i < without.size() && i < 8; ++i)
+      list += fmt::format("{}{}", i ? "," : "", without[i]);
+    if (without.size() > 8) list += fmt::format(" and {} more", without.size() - 8);
+    *whyNot =
+        fmt::format("rank{} {} cannot ({})", without.size() > 1 ? "s" : "", list,
+                    gdrWhyNot_.empty() ? "each rank's log says why" : "this one: " + gdrWhyNot_);
+    return false;
+  }
   if (shm)
     for (const auto& [host, n] : perHost)
-      if (n > 1) return false;  // those ranks talk through shared memory: host memory only
+      if (n > 1) {  // those ranks talk through shared memory: host memory only
+        *whyNot = fmt::format(
+            "{} ranks share host {} and its shared memory, which carries host memory only "
+            "(LOOM_SHM_DISABLE=1 puts them on the network too)",
+            n, host);
+        return false;
+      }
   return true;
 }
 

@@ -181,6 +181,8 @@ class Comm {
   // not). The same answer on every rank: it reads what every rank published at init (found once,
   // with the locality).
   bool deviceSchedule() const { return deviceSchedule_; }
+  // Why not, in words (empty when it does).
+  const std::string& deviceScheduleWhyNot() const { return deviceScheduleWhyNot_; }
   // Waits until the runner (if any) has finished every call queued on it: the calling thread may
   // then use the communicator's state.
   Status quiesce();
@@ -218,7 +220,8 @@ class Comm {
   Comm() = default;
   Status initNet(const loomConfig_t* config);
   void computeLocality();
-  bool findDeviceSchedule() const;  // deviceSchedule's answer, from peers_
+  // deviceSchedule's answer, from peers_, and why not (for the runner's log).
+  bool findDeviceSchedule(std::string* whyNot) const;
   // Builds system_ from every rank's PeerInfo::topo.
   Status buildSystem();
   // Collective over all ranks (every rank calls it, whatever its host): sets up shared memory
@@ -240,6 +243,8 @@ class Comm {
   std::shared_ptr<const RankLayout> rankLayout_;
   int splitCount_ = 0;
   bool deviceSchedule_ = false;  // deviceSchedule()
+  std::string deviceScheduleWhyNot_;
+  std::string gdrWhyNot_;  // why this rank publishes no kPeerNetCuda (empty: it does)
   int localRanks_ = 1;
   int64_t spinNs_ = 0;
   bool yieldWhenIdle_ = false;

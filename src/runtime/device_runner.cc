@@ -170,11 +170,16 @@ Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int devic
   r->stageChunk_ = static_cast<size_t>(std::max<int64_t>(0, params::kDeviceStageChunk.asInt()));
   r->onePass_ = std::make_unique<DeviceOnePass>(comm, device, r->stream_);
   r->thread_ = std::thread([p = r.get()] { p->loop(); });
+  // Which path, and why not GPUDirect RDMA where it is not (no silent fallback to staging).
+  std::string path =
+      comm->deviceSchedule()
+          ? "on the schedule, the network reading and writing the device buffers (GPUDirect RDMA)"
+      : r->onePass_->usable() ? "in one pass over the peers' device buffers where they apply, "
+                                "else staged through pinned host memory"
+                              : "staged through pinned host memory";
+  if (!comm->deviceSchedule()) path += "; not GPUDirect RDMA: " + comm->deviceScheduleWhyNot();
   LOOM_INFO(kSubInit, "rank {}: device calls on CUDA device {}, {}; streams signalled by {}",
-            comm->rank(), device,
-            r->onePass_->usable() ? "in one pass over the peers' device buffers where they apply, "
-                                    "else staged through pinned host memory"
-                                  : "staged through pinned host memory",
+            comm->rank(), device, path,
             s->memOps() ? "stream memory operations" : "a host function and a wait kernel");
   return r;
 }

@@ -530,6 +530,9 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
                  << cuda::cudaDriver().library;
   // In worker processes: the network a process selects stays its own (the tests before this one
   // chose sockets in this process).
+  // The NIC's writes into device memory land late unless flushed, as on real hardware: an
+  // unflushed receive gives wrong values. Each rank's log says which path its device calls take,
+  // and why not GPUDirect RDMA when they do not.
   for (const char* gdr : {"1", "0"}) {
     WorkerResult res = runWorkers(3, "devgdr",
                                   {{"LOOM_NET", "ib"},
@@ -537,10 +540,18 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
                                    {"LOOM_SHM_DISABLE", "1"},
                                    {"LOOM_NET_GDR_LEVEL", "SYS"},
                                    {"LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS", "200"},
+                                   {"LOOM_DEBUG", "INFO"},
+                                   {"LOOM_DEBUG_SUBSYS", "INIT"},
                                    {"LOOM_DEVICE_GDR", gdr}});
-    for (int r = 0; r < 3; ++r)
+    const std::string says =
+        gdr[0] == '1' ? "on the schedule, the network reading and writing the device buffers"
+                      : "not GPUDirect RDMA: ranks 0,1,2 cannot (this one: LOOM_DEVICE_GDR=0)";
+    for (int r = 0; r < 3; ++r) {
       EXPECT_TRUE(res.exitedWith(r, 0))
           << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.describe(r);
+      EXPECT_NE(res.output[r].find(says), std::string::npos)
+          << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.output[r];
+    }
   }
 #endif
 }
