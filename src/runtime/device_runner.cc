@@ -289,7 +289,7 @@ Status DeviceRunner::holdRegistrations(Job* job) {
   if (!comm_->deviceSchedule() || t == nullptr) return Status();
   // Device 0: the one Connections listens and connects on.
   auto hold = [&](const void* p, size_t bytes, void** out) -> Status {
-    return t->holdMemory(0, p, std::max<size_t>(bytes, 1), net::kPtrCuda, out)
+    return t->holdMemory(0, p, bytes, net::kPtrCuda, out)
         .withContext(fmt::format("rank {}: registering device buffer {} ({} bytes) for GPUDirect "
                                  "RDMA",
                                  comm_->rank(), p, bytes));
@@ -318,7 +318,7 @@ Status DeviceRunner::holdRegistrations(Job* job) {
         q.outDevice && collUsesOutput(a.coll, me, a.root, a.isSend) ? a.recvbuff : nullptr};
     const size_t bytes[] = {c.input * es, c.output * es};
     for (int i = 0; i < 2; ++i) {
-      if (bufs[i] == nullptr) continue;
+      if (bufs[i] == nullptr || bytes[i] == 0) continue;  // nothing moves
       void* h = nullptr;
       Status st = hold(bufs[i], bytes[i], &h);
       if (!st.isOk()) {
