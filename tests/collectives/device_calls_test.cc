@@ -941,7 +941,17 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     }
     const long long launches = fakeCount("kernel_launches") - launches0;
     fprintf(stderr, "rank %d: LOOM_DEVICE_GDR=%d, kernel_launches +%lld\n", rank, gdr, launches);
-    return (gdr ? launches > 0 : launches == 0) ? 0 : 6;
+    if (gdr ? launches == 0 : launches != 0) return 6;
+    if (gdr) {
+      // Buffers that run past their allocation: the call is refused when it is made (its post
+      // registers them with the network, which names the allocation), on every rank alike.
+      if (loomAllReduce(in.ptr(), out.ptr(), count * 2, loomFloat32, loomSum, comm, s.s) ==
+          loomSuccess)
+        return 7;
+      if (failedNaming("buffers past their allocation", "runs past the end of its allocation"))
+        return 8;
+    }
+    return 0;
   }
   if (mode == "devonepass") {
     // 1 Mi floats per rank, out of place then in place; every element checked. With
