@@ -13,6 +13,7 @@
 #include "algorithms/algo_filter.h"
 #include "algorithms/schedule.h"
 #include "algorithms/tuning.h"
+#include "src/bootstrap/wire.h"
 #include "src/core/clock.h"
 #include "src/core/dtype.h"
 #include "src/core/log.h"
@@ -528,12 +529,9 @@ bool Comm::findDeviceSchedule(std::string* whyNot) const {
     shm = shm || (p.flags & PeerInfo::kPeerShm);
   }
   if (!without.empty()) {
-    std::string list;
-    for (size_t i = 0; i < without.size() && i < 8; ++i)
-      list += fmt::format("{}{}", i ? "," : "", without[i]);
-    if (without.size() > 8) list += fmt::format(" and {} more", without.size() - 8);
     *whyNot =
-        fmt::format("rank{} {} cannot ({})", without.size() > 1 ? "s" : "", list,
+        fmt::format("rank{} {} cannot ({})", without.size() > 1 ? "s" : "",
+                    wire::formatRanks(without.data(), without.size(), 8),
                     gdrWhyNot_.empty() ? "each rank's log says why" : "this one: " + gdrWhyNot_);
     return false;
   }

@@ -545,7 +545,7 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
                                    {"LOOM_DEVICE_GDR", gdr}});
     const std::string says =
         gdr[0] == '1' ? "on the schedule, the network reading and writing the device buffers"
-                      : "not GPUDirect RDMA: ranks 0,1,2 cannot (this one: LOOM_DEVICE_GDR=0)";
+                      : "not GPUDirect RDMA: ranks 0-2 cannot (this one: LOOM_DEVICE_GDR=0)";
     for (int r = 0; r < 3; ++r) {
       EXPECT_TRUE(res.exitedWith(r, 0))
           << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.describe(r);
