@@ -59,6 +59,62 @@ bool hostReadable(const void* p, size_t bytes) {
   return true;
 }
 
+Status allocationOf(const void* p, size_t bytes, uintptr_t* base, size_t* length) {
+  const cuda::Driver& d = cuda::cudaDriver();
+  LOOM_TRY(d.status);
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  cuda::CUdeviceptr b = 0;
+  size_t n = 0;
+  cuda::CUresult rc = d.api.cuMemGetAddressRange(&b, &n, static_cast<cuda::CUdeviceptr>(at));
+  if (rc != cuda::kSuccess)
+    return cuda::cudaError(
+        rc, fmt::format("cuMemGetAddressRange of GPU buffer {} ({} bytes)", p, bytes).c_str());
+  if (at + bytes > b + n)
+    return LOOM_ERROR(kInvalidArgument,
+                      "GPU buffer {} ({} bytes) runs past the end of its allocation ({:#x}, {} "
+                      "bytes)",
+                      p, bytes, b, n);
+  *base = b;
+  *length = n;
+  return Status();
+}
+
+uint64_t bufferId(const void* p) {
+  if (!cudaUsable()) return 0;
+  unsigned long long id = 0;  // NOLINT: the driver's type
+  if (cuda::cudaDriver().api.cuPointerGetAttribute(&id, cuda::kPointerAttrBufferId,
+                                                   reinterpret_cast<cuda::CUdeviceptr>(p)) !=
+      cuda::kSuccess)
+    return 0;
+  return static_cast<uint64_t>(id);
+}
+
+Status exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, uintptr_t* begin,
+                    size_t* length) {
+  const cuda::Driver& d = cuda::cudaDriver();
+  LOOM_TRY(d.status);
+  if (d.api.cuMemGetHandleForAddressRange == nullptr)
+    return LOOM_ERROR(kCuda, "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf)");
+  uintptr_t base = 0;
+  size_t n = 0;
+  LOOM_TRY(allocationOf(p, bytes, &base, &n));
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t exported = (n + page - 1) / page * page;
+  int out = -1;
+  cuda::CUresult rc = d.api.cuMemGetHandleForAddressRange(&out, base, exported,
+                                                          cuda::kMemRangeHandleTypeDmaBufFd, 0);
+  if (rc != cuda::kSuccess)
+    return cuda::cudaError(rc, fmt::format("cuMemGetHandleForAddressRange (dma-buf) of the "
+                                           "allocation at {:#x} ({} bytes)",
+                                           base, exported)
+                                   .c_str());
+  *fd = out;
+  *offset = reinterpret_cast<uintptr_t>(p) - base;
+  *begin = base;
+  *length = exported;
+  return Status();
+}
+
 Status useDevice(int device) {
   const cuda::Driver& drv = cuda::cudaDriver();
   LOOM_TRY(drv.status);

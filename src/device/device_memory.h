@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 
 #include "src/core/memory_kind.h"
 #include "src/core/status.h"
@@ -35,6 +37,22 @@ PointerInfo classify(const void* p);
 // lately (the last 8 ranges found readable are remembered: a loop's buffers cost nothing after
 // the first call); asked only where CUDA is usable.
 bool hostReadable(const void* p, size_t bytes);
+
+// The CUDA allocation holding [p, p + bytes): its base (*base) and size (*length). A range that is
+// not inside one allocation is an error naming it.
+Status allocationOf(const void* p, size_t bytes, uintptr_t* base, size_t* length);
+
+// The allocation holding p by the id CUDA gives it (CU_POINTER_ATTRIBUTE_BUFFER_ID, never reused
+// within a process): tells a freed allocation from a new one at the same address. 0 where unknown
+// (no driver, not CUDA memory, freed).
+uint64_t bufferId(const void* p);
+
+// A dma-buf file descriptor for the whole allocation holding [p, p + bytes), as a NIC registers GPU
+// memory: from the allocation's base (*begin, where every export may start) for *length bytes (its
+// size rounded up to the host page, as the driver wants); *offset is p's offset in it, so one
+// registration serves every buffer of the allocation. The caller closes the descriptor.
+Status exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, uintptr_t* begin,
+                    size_t* length);
 
 // The primary context of a device, retained once per process and never released (as the CUDA
 // runtime does), made current on the calling thread.

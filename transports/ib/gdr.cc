@@ -47,15 +47,6 @@ bool isGpuPointer(const void* data) {
          type == cuda::kMemoryTypeDevice;
 }
 
-uint64_t gpuBufferId(const void* data) {
-  const cuda::Driver& d = driver();
-  unsigned long long id = 0;  // NOLINT: the driver's type
-  if (!d.ok() || d.api.cuPointerGetAttribute(&id, cuda::kPointerAttrBufferId,
-                                             reinterpret_cast<CUdeviceptr>(data)) != cuda::kSuccess)
-    return 0;
-  return static_cast<uint64_t>(id);
-}
-
 std::string gpuPciPath(const void* data) {
   const cuda::Driver& d = driver();
   if (!d.ok()) return std::string();
@@ -86,56 +77,6 @@ std::string gpuPciPathOf(int ordinal) {
   std::string sys = std::string("/sys/bus/pci/devices/") + bus;
   if (::realpath(sys.c_str(), real) == nullptr) return std::string();
   return real;
-}
-
-Status gpuAllocation(const void* data, size_t size, uintptr_t* begin, size_t* bytes) {
-  const cuda::Driver& d = driver();
-  LOOM_TRY(d.status);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  CUdeviceptr base = 0;
-  size_t length = 0;
-  CUresult rc = d.api.cuMemGetAddressRange(&base, &length, static_cast<CUdeviceptr>(p));
-  if (rc != cuda::kSuccess)
-    return cuda::cudaError(
-        rc, fmt::format("cuMemGetAddressRange of GPU buffer {} ({} bytes)", data, size).c_str());
-  if (p + size > base + length)
-    return LOOM_ERROR(kInvalidArgument,
-                      "GPU buffer {} ({} bytes) runs past the end of its allocation ({:#x}, {} "
-                      "bytes)",
-                      data, size, base, length);
-  *begin = base;
-  *bytes = length;
-  return Status();
-}
-
-Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
-                 size_t* length) {
-  const cuda::Driver& d = driver();
-  LOOM_TRY(d.status);
-  if (d.api.cuMemGetHandleForAddressRange == nullptr)
-    return LOOM_ERROR(kCuda, "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf)");
-  // The whole allocation is exported, from its base (where every export may start) to its end
-  // rounded up to the host page, as the driver wants; the registration starts data's offset in.
-  // One registration then serves every buffer of the allocation.
-  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  uintptr_t base = 0;
-  size_t bytes = 0;
-  LOOM_TRY(gpuAllocation(data, size, &base, &bytes));
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t exported = (bytes + page - 1) / page * page;
-  int out = -1;
-  CUresult rc = d.api.cuMemGetHandleForAddressRange(&out, base, exported,
-                                                    cuda::kMemRangeHandleTypeDmaBufFd, 0);
-  if (rc != cuda::kSuccess)
-    return cuda::cudaError(rc, fmt::format("cuMemGetHandleForAddressRange (dma-buf) of the "
-                                           "allocation at {:#x} ({} bytes)",
-                                           base, exported)
-                                   .c_str());
-  *fd = out;
-  *offset = p - base;
-  *begin = base;
-  *length = exported;
-  return Status();
 }
 
 GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd) {

@@ -32,20 +32,8 @@ GdrSupport detectGdr(const VerbsApi& api, ibv_pd* pd);
 
 // The CUDA driver, loaded once; errors say what is missing ("no CUDA driver (libcuda.so.1: ...)").
 Status cudaDriverAvailable();
-// The CUDA allocation holding [data, data + size): its base (*begin) and size (*bytes). A range
-// that is not in one allocation is an error naming it.
-Status gpuAllocation(const void* data, size_t size, uintptr_t* begin, size_t* bytes);
-// A dma-buf fd for the CUDA allocation holding [data, data + size): the whole allocation, from
-// its base (*begin) for *length bytes (its size rounded up to the host page); *offset is data's
-// offset in it. A range that is not in one allocation is an error naming it. The caller closes
-// the fd.
-Status gpuDmabuf(const void* data, size_t size, int* fd, uint64_t* offset, uintptr_t* begin,
-                 size_t* length);
 // Whether data points to GPU memory (false when there is no CUDA driver).
 bool isGpuPointer(const void* data);
-// The CUDA allocation holding data, by the id CUDA gives it (CU_POINTER_ATTRIBUTE_BUFFER_ID, never
-// reused within a process); 0 where unknown (no driver, not GPU memory, freed).
-uint64_t gpuBufferId(const void* data);
 // The sysfs path of the PCI device of the GPU owning data, or of CUDA device `ordinal` (empty when
 // unknown).
 std::string gpuPciPath(const void* data);

@@ -16,6 +16,7 @@
 
 #include "src/core/log.h"
 #include "src/core/params.h"
+#include "src/device/device_memory.h"
 #include "transports/ib/ib_errors.h"
 
 namespace loom {
@@ -210,7 +211,7 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   if (!gdr_.usable())
     return LOOM_ERROR(kInvalidUsage, "{}: cannot register GPU memory: {}", name_, gdr_.summary);
   uintptr_t p = reinterpret_cast<uintptr_t>(data);
-  const uint64_t id = gpuBufferId(data);
+  const uint64_t id = device::bufferId(data);
   const int level = gdrLevelParam();
   // GPUDirect only where the GPU sits close enough to the NIC (LOOM_NET_GDR_LEVEL).
   auto tooFar = [&](const std::string& gpuPath, int dist) {
@@ -241,7 +242,7 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   if (gdr_.dmabuf) {
     int fd = -1;
     uint64_t offset = 0;
-    LOOM_TRY(gpuDmabuf(data, size, &fd, &offset, &begin, &length));
+    LOOM_TRY(device::exportDmabuf(data, size, &fd, &offset, &begin, &length));
     mr = api_->regDmabufMr(pd_, 0, length, begin, fd, access);
     int err = errno;
     ::close(fd);  // the registration holds its own reference to the dma-buf
@@ -250,7 +251,7 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
                         std::strerror(err));
   } else {
     // The whole allocation too, as with dma-buf: one registration serves every buffer in it.
-    LOOM_TRY(gpuAllocation(data, size, &begin, &length));
+    LOOM_TRY(device::allocationOf(data, size, &begin, &length));
     mr = api_->regMr(pd_, reinterpret_cast<void*>(begin), length, access);
     if (mr == nullptr)
       return LOOM_ERROR(kSystem, "{}: ibv_reg_mr of {} GPU bytes failed through nvidia-peermem: {}",
@@ -288,7 +289,7 @@ void Device::dropIdleGpuWhere(Gone gone) {
 
 void Device::dropFreedIdleGpu() {
   dropIdleGpuWhere([](const CachedMr& m) {
-    return gpuBufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId;
+    return device::bufferId(reinterpret_cast<const void*>(m.begin)) != m.bufferId;
   });
 }
 
@@ -363,7 +364,7 @@ void Device::sweepFreedIdleGpu() {
   // blocked on a stream holds, and the data path must not wait for this thread then.
   std::vector<Idle> gone;
   for (const Idle& i : idle)
-    if (gpuBufferId(reinterpret_cast<const void*>(i.begin)) != i.bufferId) gone.push_back(i);
+    if (device::bufferId(reinterpret_cast<const void*>(i.begin)) != i.bufferId) gone.push_back(i);
   if (gone.empty()) return;
   std::lock_guard<std::mutex> lk(mrMu_);
   // Still the registration seen then (not one made since at the same place) and still idle.

@@ -43,7 +43,7 @@ struct CachedMr {
   ibv_mr* mr = nullptr;
   int refs = 0;
   bool gpu = false;
-  uint64_t bufferId = 0;  // GPU: the allocation's (gpuBufferId); 0: unknown
+  uint64_t bufferId = 0;  // GPU: the allocation's (device::bufferId); 0: unknown
   int pciDistance = 0;    // GPU: from its GPU to the NIC (pciDistance)
   uint64_t lastUse = 0;   // when it last became idle (GPU, kept registered)
 };

@@ -76,8 +76,23 @@ void pluginLogger(ncclabi::ncclDebugLogLevel level, unsigned long flags, const c
 
 struct Request;
 
+// A CUDA allocation registered with the plugin on one comm, whole (as NCCL registers its buffers):
+// kept after the requests that used it end, so that the next ones on any part of it register
+// nothing (a registration of GPU memory costs the NIC's driver a pinning of the pages, far more
+// than a message). It goes when the comm closes, when a later registration finds the allocation
+// freed (CUDA's buffer id tells a new allocation at the same address from the old one), or as the
+// least recently used beyond kPluginIdleGpuRegistrations idle ones (ncclnet_transport.h).
+struct GpuReg {
+  uintptr_t begin = 0, end = 0;
+  uint64_t bufferId = 0;
+  void* mh = nullptr;
+  int refs = 0;          // requests in flight on it
+  uint64_t lastUse = 0;  // the comm's use count when its last request ended
+};
+
 // A listen, send or recv comm: the plugin's comm plus what the adaptor needs to check and clean
-// up (the device's limits, the requests in flight and their automatic registrations).
+// up (the device's limits, the requests in flight, their automatic registrations and the GPU
+// allocations kept registered).
 struct Comm {
   enum class Kind { kListen, kSend, kRecv };
   Kind kind;
@@ -87,6 +102,8 @@ struct Comm {
   int maxRecvs = 1;
   std::vector<Request*> inflight;
   std::vector<Request*> spare;  // finished requests kept for reuse
+  std::vector<std::unique_ptr<GpuReg>> gpuRegs;
+  uint64_t uses = 0;
   ~Comm();
 };
 
@@ -99,7 +116,9 @@ struct Request {
   size_t posted = 0;  // bytes of a send (its size when the plugin leaves test's sizes unset)
   size_t index = 0;   // position in comm->inflight
   int nAuto = 0;
-  void* autoMh[kMaxGroupedRecvs] = {};  // registrations made for this request only
+  void* autoMh[kMaxGroupedRecvs] = {};  // host memory registered for this request only
+  int nGpu = 0;
+  GpuReg* gpu[kMaxGroupedRecvs] = {};  // the kept GPU registrations it uses
 };
 
 Comm::~Comm() {
@@ -451,27 +470,100 @@ class PluginTransport final : public net::Transport {
     r->plugin = nullptr;
     r->n = n;
     r->nAuto = 0;
+    r->nGpu = 0;
     r->index = c->inflight.size();
     c->inflight.push_back(r);
     return r;
   }
 
-  // Registers *data for the life of r when the caller gave no mhandle (*mh null): CUDA device
-  // memory as NCCL_PTR_CUDA (the plugin's GPUDirect RDMA; a plugin without it refuses), anything
-  // else as host memory.
+  // Registers *data for r when the caller gave no mhandle (*mh null): CUDA device memory through
+  // the comm's kept registration of its allocation (gpuRegistration: the plugin's GPUDirect RDMA;
+  // a plugin without it refuses), anything else as host memory for the life of r.
   Status autoRegister(Request* r, void** data, size_t size, void** mh) {
     if (*mh != nullptr) return Status();
     if (size == 0) *data = &gZeroByte;
+    if (size && device::cudaUsable() && device::classify(*data).kind == MemKind::kCudaDevice) {
+      LOOM_ASSIGN(GpuReg * g, gpuRegistration(r->comm, *data, size));
+      ++g->refs;
+      r->gpu[r->nGpu++] = g;
+      *mh = g->mh;
+      return Status();
+    }
     void* h = nullptr;
-    const int type =
-        size && device::cudaUsable() && device::classify(*data).kind == MemKind::kCudaDevice
-            ? ncclabi::NCCL_PTR_CUDA
-            : ncclabi::NCCL_PTR_HOST;
-    LOOM_TRY(
-        call("regMr", abi_->regMr(r->comm->plugin, *data, std::max<size_t>(size, 1), type, &h)));
+    LOOM_TRY(call("regMr", abi_->regMr(r->comm->plugin, *data, std::max<size_t>(size, 1),
+                                       ncclabi::NCCL_PTR_HOST, &h)));
     r->autoMh[r->nAuto++] = h;
     *mh = h;
     return Status();
+  }
+
+  // c's registration of the CUDA allocation holding [data, data + size), made on its first use:
+  // the whole allocation, through a dma-buf where the plugin takes one (NCCL_PTR_DMABUF and
+  // regMrDmaBuf, as NCCL prefers), else with regMr as NCCL_PTR_CUDA.
+  Result<GpuReg*> gpuRegistration(Comm* c, void* data, size_t size) {
+    const auto p = reinterpret_cast<uintptr_t>(data);
+    const uint64_t id = device::bufferId(data);
+    for (auto& g : c->gpuRegs)
+      if (g->begin <= p && p + size <= g->end && g->bufferId == id && id != 0) return g.get();
+    dropIdleGpu(c, [](const GpuReg& g) {
+      return device::bufferId(reinterpret_cast<const void*>(g.begin)) != g.bufferId;
+    });
+    // Room for one more idle registration: the least recently used idle ones beyond the cap go.
+    for (;;) {
+      size_t idle = 0;
+      const GpuReg* oldest = nullptr;
+      for (auto& g : c->gpuRegs) {
+        if (g->refs != 0) continue;
+        ++idle;
+        if (oldest == nullptr || g->lastUse < oldest->lastUse) oldest = g.get();
+      }
+      if (idle < kPluginIdleGpuRegistrations) break;
+      dropIdleGpu(c, [oldest](const GpuReg& g) { return &g == oldest; });
+    }
+    auto g = std::make_unique<GpuReg>();
+    g->bufferId = id;
+    const bool dmabuf =
+        (props_[c->dev].ptrSupport & ncclabi::NCCL_PTR_DMABUF) != 0 && abi_->hasRegMrDmaBuf();
+    size_t length = 0;
+    Status st;
+    if (dmabuf) {
+      int fd = -1;
+      uint64_t offset = 0;
+      LOOM_TRY(device::exportDmabuf(data, size, &fd, &offset, &g->begin, &length));
+      st = call("regMrDmaBuf", abi_->regMrDmaBuf(c->plugin, reinterpret_cast<void*>(g->begin),
+                                                 length, ncclabi::NCCL_PTR_CUDA, 0, fd, &g->mh));
+      ::close(fd);  // as NCCL: the plugin keeps its own reference if it needs one
+    } else {
+      LOOM_TRY(device::allocationOf(data, size, &g->begin, &length));
+      st = call("regMr", abi_->regMr(c->plugin, reinterpret_cast<void*>(g->begin), length,
+                                     ncclabi::NCCL_PTR_CUDA, &g->mh));
+    }
+    if (!st.isOk())
+      return Status(st.code(), fmt::format("registering the GPU allocation at {:#x} ({} bytes, "
+                                           "holding buffer {} of {} bytes) with {}: {}",
+                                           g->begin, length, data, size,
+                                           dmabuf ? "a dma-buf" : "regMr", st.message()))
+          .withCause(st.cause());
+    g->end = g->begin + length;
+    LOOM_INFO(kSubNet, "{}: GPU allocation at {:#x} ({} bytes) registered on device {} ({})",
+              describe(), g->begin, length, c->dev, dmabuf ? "dma-buf" : "regMr");
+    c->gpuRegs.push_back(std::move(g));
+    return c->gpuRegs.back().get();
+  }
+
+  template <class Pred>
+  void dropIdleGpu(Comm* c, Pred drop) {
+    for (size_t i = 0; i < c->gpuRegs.size();) {
+      const GpuReg& g = *c->gpuRegs[i];
+      if (g.refs != 0 || !drop(g)) {
+        ++i;
+        continue;
+      }
+      Status st = call("deregMr", abi_->deregMr(c->plugin, g.mh));
+      if (!st.isOk()) LOOM_WARN("{}", st.message());
+      c->gpuRegs[i] = std::move(c->gpuRegs.back());
+      c->gpuRegs.pop_back();
+    }
   }
 
   void releaseRegistrations(Request* r) {
@@ -480,6 +572,11 @@ class PluginTransport final : public net::Transport {
       if (!st.isOk()) LOOM_WARN("{}", st.message());
     }
     r->nAuto = 0;
+    for (int i = 0; i < r->nGpu; ++i) {
+      --r->gpu[i]->refs;
+      r->gpu[i]->lastUse = ++r->comm->uses;
+    }
+    r->nGpu = 0;
   }
 
   // Ends r (completed, failed, or never posted): its registrations go, the slot is reused.
@@ -498,6 +595,7 @@ class PluginTransport final : public net::Transport {
   Status closeData(Comm* c, const char* what) {
     std::unique_ptr<Comm> owned(c);
     for (Request* r : c->inflight) releaseRegistrations(r);
+    dropIdleGpu(c, [](const GpuReg&) { return true; });
     return call(what, c->kind == Comm::Kind::kSend ? abi_->closeSend(c->plugin)
                                                    : abi_->closeRecv(c->plugin));
   }

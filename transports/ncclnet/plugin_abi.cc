@@ -151,6 +151,11 @@ class Abi final : public PluginAbi {
     return n_->regMr(comm, data, size, type, mhandle);
   }
   ncclResult_t deregMr(void* comm, void* mhandle) override { return n_->deregMr(comm, mhandle); }
+  bool hasRegMrDmaBuf() const override { return n_->regMrDmaBuf != nullptr; }
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) override {
+    return n_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  }
 
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                      void** request) override {

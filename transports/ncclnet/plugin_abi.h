@@ -56,6 +56,10 @@ class PluginAbi {
   virtual ncclResult_t accept(void* listenComm, void** recvComm) = 0;
   virtual ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) = 0;
   virtual ncclResult_t deregMr(void* comm, void* mhandle) = 0;
+  // Optional in every version: NULL in a plugin that registers no dma-buf.
+  virtual bool hasRegMrDmaBuf() const = 0;
+  virtual ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
+                                   int fd, void** mhandle) = 0;
   virtual ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                              void** request) = 0;
   virtual ncclResult_t irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags,

@@ -29,6 +29,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -572,10 +573,21 @@ bool closeConn(Conn* c) {
   return a == abi::ncclSuccess && b == abi::ncclSuccess;
 }
 
-int openFds() {
+// How many of this process's descriptors refer to the file `fd` refers to (itself included).
+// Other threads (the emulated device's, the plugin's) open and close descriptors of their own
+// at any time, so counting every descriptor would race with them; this counts only one file's.
+int fdsOnFileOf(int fd) {
+  struct stat want {};
+  if (::fstat(fd, &want) != 0) return -1;
   int n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++n;
+    while (const dirent* e = ::readdir(d)) {
+      struct stat st {};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      if (e->d_name[0] != '.' && ::stat(path.c_str(), &st) == 0 && st.st_dev == want.st_dev &&
+          st.st_ino == want.st_ino)
+        ++n;
+    }
     ::closedir(d);
   }
   return n;
@@ -960,13 +972,13 @@ void loopbackCheck(Run& run) {
     // regMrDmaBuf must not keep NCCL's fd (NCCL closes it right after the call).
     int fd = ::memfd_create("loom-harness", 0);
     if (fd >= 0) {
-      const int before = openFds();
+      const int before = fdsOnFileOf(fd);
       void* dm = nullptr;
       ncclResult_t r = gNet->regMrDmaBuf(c.send, sbuf.p, sbuf.n, abi::NCCL_PTR_HOST, 0, fd, &dm);
-      const int after = openFds();
-      check(r == abi::ncclSuccess && before == after,
+      const int after = fdsOnFileOf(fd);
+      check(r == abi::ncclSuccess && before >= 1 && after == before,
             "regMrDmaBuf of host memory keeps no file descriptor",
-            str("result %d, open fds %d -> %d", r, before, after));
+            str("result %d, descriptors on the memfd %d -> %d", r, before, after));
       if (r == abi::ncclSuccess) gNet->deregMr(c.send, dm);
       ::close(fd);
     }
@@ -1079,12 +1091,13 @@ void gpuDirectCheck(Run& run) {
     if (rc == 0) rc = cu.cuMemGetHandleForAddressRange(&fd, base, exported, 1, 0);
     check(rc == 0 && fd >= 0, "--gpu: the send buffer's allocation exported as a dma-buf",
           str("CUresult %d", rc));
-    const int before = openFds();
+    const int before = fd >= 0 ? fdsOnFileOf(fd) : -1;
     r = gNet->regMrDmaBuf(c.send, reinterpret_cast<void*>(base), exported, abi::NCCL_PTR_CUDA, 0,
                           fd, &smh);
-    check(r == abi::ncclSuccess && openFds() == before,
+    const int after = fd >= 0 ? fdsOnFileOf(fd) : -1;
+    check(r == abi::ncclSuccess && before >= 1 && after == before,
           "--gpu: regMrDmaBuf of GPU memory (NCCL_PTR_CUDA), keeping no file descriptor",
-          str("result %d", r));
+          str("result %d, descriptors on the dma-buf %d -> %d", r, before, after));
     if (fd >= 0) ::close(fd);
   } else {
     r = gNet->regMr(c.send, reinterpret_cast<void*>(src), bytes, abi::NCCL_PTR_CUDA, &smh);
