@@ -57,23 +57,25 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # 5x slower) the layout tests check three layouts per rank count instead of ten, and past 16
   # ranks the proofs take five of each shard's 16 rank counts (tests/algorithms/shards.h).
   export LOOMTEST_QUICK=1
-  # Collective variants whose paths other tests already run under the sanitizers (the eager shm
-  # paths, sockets, registration over sockets and the plugin; device buffers staged through host
-  # memory, which DeviceCalls.* run; device buffers over GPUDirect RDMA, which
-  # DeviceCalls.GpuDirect* and tools.perf.device.gdr.np3 run) ran in the first stage; the ones over
-  # the single-copy and mapped shm paths, the emulated IB device, the plugin and device buffers on
-  # streams (the one pass over the peers' device buffers; up to 5 ranks here) stay. The install test builds a program
-  # without the sanitizers against the sanitized libloom.so, which cannot load: first stage only.
-  # Registration over the emulated IB device (collectives_ib_emulated runs its paths; registration
-  # runs over sockets and the plugin here) and loom-perf at 5 ranks (the same code as at 3, which
-  # stays) ran in the first stage too: about 90 s of this stage's 10 minutes, to keep CI under 40.
-  # So did, since stop 37 (about 2 more minutes): the generators' proofs at 33 to 64 ranks (the
-  # same code as at 1 to 32, which stays, on bigger tables: 3 of the 4 minutes the proofs take
-  # here), the collective matrix over an imported NCCL plugin (the adaptor runs under the
-  # sanitizers in NetPlugin.* and tools.perf.device.gdr_plugin.np2) and the 5-rank soak (3 ranks
-  # stay).
+  # Collective variants whose paths other tests already run under the sanitizers ran in the first
+  # stage only, to keep CI under 40 minutes (about 3.5 of this stage's 13):
+  # - the eager shm paths, sockets, and registration over sockets, the emulated IB device and the
+  #   plugin (collectives_ib_emulated runs the IB paths; the adaptor runs in NetPlugin.*,
+  #   ib_tests_plugin_gpu and tools.perf.device.gdr_plugin.np2);
+  # - the collective matrix over an imported NCCL plugin;
+  # - device buffers staged through host memory (DeviceCalls.* run them) and over GPUDirect RDMA,
+  #   over the emulated IB device and through the plugin (DeviceCalls.GpuDirect* and
+  #   tools.perf.device.gdr.np3 run them);
+  # - loom-perf at 5 ranks (the same code as at 3, which stays), with local registration, and its
+  #   first-failure report;
+  # - the generators' proofs at 33 to 64 ranks (the same code as at 1 to 32, which stays, on
+  #   bigger tables: 3 of the 4 minutes the proofs take here) and the 5-rank soak (3 ranks stay);
+  # - the install test, which builds a program without the sanitizers against the sanitized
+  #   libloom.so, which cannot load.
+  # The single-copy and mapped shm paths, the emulated IB device and device buffers on streams (the
+  # one pass over the peers' device buffers; up to 5 ranks here) stay.
   run_ctest "$ROOT/build-test-asan" -E \
-    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
+    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
 
   if [ "${TSAN:-1}" != 0 ]; then
     # ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths, ranks

@@ -78,6 +78,13 @@ class Transport {
   virtual Status accept(void* listener, void** recvConn) = 0;
 
   virtual Status regMr(void* conn, void* data, size_t size, int type, void** mhandle) = 0;
+  // GPU memory [data, data + size) that the caller exported as the dma-buf `fd`, data lying at
+  // `offset` in it (NCCL's regMrDmaBuf). The fd stays the caller's: a transport that needs it past
+  // the call takes its own reference. The default ignores the fd (regMr).
+  virtual Status regMrDmaBuf(void* conn, void* data, size_t size, int type, uint64_t offset, int fd,
+                             void** mhandle) {
+    return regMr(conn, data, size, type, mhandle);
+  }
   virtual Status deregMr(void* conn, void* mhandle) = 0;
 
   virtual Status isend(void* sendConn, const void* data, size_t size, int tag, void* mhandle,

@@ -556,6 +556,40 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
 #endif
 }
 
+// The same schedule through an imported NCCL net plugin (Loom's own libnccl-net-loom.so, over its
+// IB transport on the emulated verbs device): the adaptor registers each device allocation once
+// per comm, and exports nothing on the runner's thread, where the reads back by a copy to pageable
+// memory (which holds the driver's mapping lock while the stream waits for the call) would hang
+// it: the posting thread exported the allocations (holdMemory).
+TEST(DeviceCalls, GpuDirectScheduleThroughAnImportedNcclPlugin) {
+  SKIP_WITHOUT_CUDA();
+#if !defined(LOOMTEST_FAKEVERBS_LIB) || !defined(LOOMTEST_NCCL_NET_PLUGIN)
+  GTEST_SKIP() << "needs the emulated verbs device and libnccl-net-loom.so (built with the tests)";
+#else
+  if (!driverSymbol("loomtest_fakecuda_count"))
+    GTEST_SKIP() << "needs the emulated device's counters; the driver is "
+                 << cuda::cudaDriver().library;
+  WorkerResult res = runWorkers(3, "devgdr",
+                                {{"LOOM_NET_PLUGIN", LOOMTEST_NCCL_NET_PLUGIN},
+                                 {"LOOM_IBVERBS_LIB", LOOMTEST_FAKEVERBS_LIB},
+                                 {"LOOM_SHM_DISABLE", "1"},
+                                 {"LOOM_NET_GDR_LEVEL", "SYS"},
+                                 {"LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS", "200"},
+                                 {"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "INIT,NET"},
+                                 {"LOOM_DEVICE_GDR", "1"}});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    EXPECT_NE(res.output[r].find("on the schedule, the network reading and writing the device "
+                                 "buffers"),
+              std::string::npos)
+        << "rank " << r << ": " << res.output[r];
+    EXPECT_NE(res.output[r].find("network 'Loom'"), std::string::npos)
+        << "rank " << r << " did not use the plugin: " << res.output[r];
+  }
+#endif
+}
+
 // Ranks as threads: the one pass reaches the other threads' device buffers by address (no IPC),
 // in place and out of place.
 TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {

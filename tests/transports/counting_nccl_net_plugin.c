@@ -1,9 +1,9 @@
 /* An NCCL net plugin that counts the registrations its caller asks for and passes every call on to
- * the plugin named by LOOMTEST_WRAPPED_NET_PLUGIN (its ncclNetPlugin_v12), for the tests of what the
- * importer registers (tests/transports/ib/plugin_gpu_test.cc). Its network is the wrapped one's;
- * only ncclNetPlugin_v12 is exported. Without LOOMTEST_WRAPPED_NET_PLUGIN (or when the library
- * cannot be loaded, which it says on stderr) every member of the table stays NULL, which the
- * importer refuses, naming them.
+ * the plugin named by LOOMTEST_WRAPPED_NET_PLUGIN (its ncclNetPlugin_v12), for the tests of what
+ * the importer registers (tests/transports/ib/plugin_gpu_test.cc). Its network is the wrapped
+ * one's; only ncclNetPlugin_v12 is exported. Without LOOMTEST_WRAPPED_NET_PLUGIN (or when the
+ * library cannot be loaded, which it says on stderr) every member of the table stays NULL, which
+ * the importer refuses, naming them.
  *
  * loomtest_counting_net_counts(out) gives the counts since the library was loaded:
  *   out[0] regMr of NCCL_PTR_HOST   out[1] regMr of NCCL_PTR_CUDA   out[2] regMrDmaBuf

@@ -207,7 +207,8 @@ Result<CachedMr*> Device::regHost(const void* data, size_t size) {
   return mrs_.back().get();
 }
 
-Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
+Result<CachedMr*> Device::regGpu(const void* data, size_t size, int dmabufFd,
+                                 uint64_t dmabufOffset) {
   if (!gdr_.usable())
     return LOOM_ERROR(kInvalidUsage, "{}: cannot register GPU memory: {}", name_, gdr_.summary);
   uintptr_t p = reinterpret_cast<uintptr_t>(data);
@@ -239,7 +240,15 @@ Result<CachedMr*> Device::regGpu(const void* data, size_t size) {
   ibv_mr* mr = nullptr;
   uintptr_t begin = p;
   size_t length = size;
-  if (gdr_.dmabuf) {
+  if (gdr_.dmabuf && dmabufFd >= 0) {
+    // The caller's dma-buf, as given: the registration takes its own reference to it.
+    mr = api_->regDmabufMr(pd_, dmabufOffset, size, p, dmabufFd, access);
+    if (mr == nullptr)
+      return LOOM_ERROR(kSystem,
+                        "{}: ibv_reg_dmabuf_mr of {} GPU bytes at {} (dma-buf fd {}, "
+                        "offset {}) failed: {}",
+                        name_, size, data, dmabufFd, dmabufOffset, std::strerror(errno));
+  } else if (gdr_.dmabuf) {
     int fd = -1;
     uint64_t offset = 0;
     LOOM_TRY(device::exportDmabuf(data, size, &fd, &offset, &begin, &length));

@@ -100,7 +100,12 @@ class Device {
   // new registration, and every second by the event thread: its range now holds another id, or
   // none) or kIdleGpuMrs newer idle ones push it out. An allocation whose id is unknown is
   // deregistered with its last user, as host memory is.
-  Result<CachedMr*> regGpu(const void* data, size_t size);
+  // With dmabufFd >= 0 (the caller exported the memory: NCCL's regMrDmaBuf), a new registration
+  // is of [data, data + size) through that dma-buf at dmabufOffset, and calls no CUDA driver
+  // function that takes its mapping lock (the export is the caller's); on a device without
+  // dma-buf registration (nvidia-peermem only) the fd is not needed and not used.
+  Result<CachedMr*> regGpu(const void* data, size_t size, int dmabufFd = -1,
+                           uint64_t dmabufOffset = 0);
   void deregister(CachedMr* mr);
   size_t cachedRanges() const;
   static constexpr size_t kIdleGpuMrs = 16;

@@ -83,6 +83,8 @@ class IbTransport final : public net::Transport {
   Status accept(void* listener, void** recvConn) override;
 
   Status regMr(void* comm, void* data, size_t size, int type, void** mhandle) override;
+  Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                     void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
   Status holdMemory(int dev, const void* data, size_t size, int type, void** hold) override;
   void releaseMemory(void* hold) override { (void)deregMr(nullptr, hold); }
@@ -135,8 +137,10 @@ class IbTransport final : public net::Transport {
   }
 
  private:
-  // regMr's and holdMemory's registration of [data, data + size) on d: *mhandle a MemHandle.
-  Status registerOn(Device* d, void* data, size_t size, int type, void** mhandle);
+  // regMr's, regMrDmaBuf's and holdMemory's registration of [data, data + size) on d (GPU memory
+  // through the caller's dma-buf where dmabufFd >= 0): *mhandle a MemHandle.
+  Status registerOn(Device* d, void* data, size_t size, int type, void** mhandle, int dmabufFd = -1,
+                    uint64_t dmabufOffset = 0);
   Status checkDev(int dev) const {
     if (dev < 0 || dev >= devices())
       return LOOM_ERROR(kInvalidArgument, "InfiniBand: device {} out of range (0..{})", dev,
@@ -356,6 +360,20 @@ Status IbTransport::regMr(void* comm, void* data, size_t size, int type, void** 
   return registerOn(c->dev(), data, size, type, mhandle);
 }
 
+Status IbTransport::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
+                                int fd, void** mhandle) {
+  *mhandle = nullptr;
+  auto* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return LOOM_ERROR(kInvalidArgument, "InfiniBand: regMrDmaBuf on a null comm");
+  if (type == net::kPtrHost) return registerOn(c->dev(), data, size, type, mhandle);
+  if (fd < 0)
+    return LOOM_ERROR(kInvalidArgument,
+                      "InfiniBand: regMrDmaBuf of GPU memory without a dma-buf "
+                      "(fd {})",
+                      fd);
+  return registerOn(c->dev(), data, size, type, mhandle, fd, offset);
+}
+
 Status IbTransport::holdMemory(int dev, const void* data, size_t size, int type, void** hold) {
   *hold = nullptr;
   LOOM_TRY(checkDev(dev));
@@ -364,7 +382,8 @@ Status IbTransport::holdMemory(int dev, const void* data, size_t size, int type,
   return registerOn(ports_[dev]->dev, const_cast<void*>(data), size, type, hold);
 }
 
-Status IbTransport::registerOn(Device* d, void* data, size_t size, int type, void** mhandle) {
+Status IbTransport::registerOn(Device* d, void* data, size_t size, int type, void** mhandle,
+                               int dmabufFd, uint64_t dmabufOffset) {
   Result<CachedMr*> mr = Status();
   if (type == net::kPtrHost) {
     mr = d->regHost(data, size);
@@ -372,7 +391,7 @@ Status IbTransport::registerOn(Device* d, void* data, size_t size, int type, voi
     if (!d->gdr().usable())
       return LOOM_ERROR(kInvalidUsage, "InfiniBand: cannot register GPU memory on {}: {}",
                         d->name(), d->gdr().summary);
-    mr = d->regGpu(data, size);
+    mr = d->regGpu(data, size, dmabufFd, dmabufOffset);
   } else {
     return LOOM_ERROR(kInvalidArgument, "InfiniBand: unknown memory type {}", type);
   }

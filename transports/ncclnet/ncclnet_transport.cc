@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -90,6 +91,21 @@ struct GpuReg {
   uint64_t lastUse = 0;  // the comm's use count when its last request ended
 };
 
+// A dma-buf of a CUDA allocation, exported on the thread that posts a call (holdMemory) for the
+// registrations the comms make later (GpuReg), so that those, on the device runner's thread, call
+// no CUDA driver function that takes its mapping lock (a user's stream may be waiting for that
+// thread while another thread holds the lock: src/runtime/device_runner.h). Kept while the
+// allocation lives (a training loop posts on the same allocations every step; an export per call
+// would cost a driver call each time), at most kPluginIdleGpuRegistrations idle.
+struct GpuExport {
+  uintptr_t begin = 0;
+  size_t length = 0;  // the allocation's size rounded up to the host page
+  uint64_t bufferId = 0;
+  int fd = -1;
+  int users = 0;  // holds, and registrations being made with it
+  uint64_t lastUse = 0;
+};
+
 // A listen, send or recv comm: the plugin's comm plus what the adaptor needs to check and clean
 // up (the device's limits, the requests in flight, their automatic registrations and the GPU
 // allocations kept registered).
@@ -135,6 +151,7 @@ class PluginTransport final : public net::Transport {
   PluginTransport(std::string path, std::unique_ptr<PluginAbi> abi)
       : path_(std::move(path)), abi_(std::move(abi)), name_(abi_->name()) {}
   ~PluginTransport() override {
+    for (auto& e : exports_) ::close(e->fd);
     if (initialised_) abi_->finalize();
   }
 
@@ -391,6 +408,26 @@ class PluginTransport final : public net::Transport {
   // NCCL plugins have no way to wait for activity: give the core away briefly.
   void waitActivity(void* const*, int, void*, int) override { sched_yield(); }
 
+  // The device runner's call on the posting thread: GPU memory that the comms will register
+  // through a dma-buf is exported now (GpuExport). Nothing else needs the calling thread: host
+  // memory and regMr of GPU memory call no CUDA driver function that takes its mapping lock.
+  Status holdMemory(int dev, const void* data, size_t size, int type, void** hold) override {
+    *hold = nullptr;
+    LOOM_TRY(checkDev(dev));
+    if (type != net::kPtrCuda || size == 0 || !dmabufPath(dev)) return Status();
+    LOOM_ASSIGN(GpuExport * e, exportOf(data, size));
+    *hold = e;
+    return Status();
+  }
+
+  void releaseMemory(void* hold) override {
+    if (hold == nullptr) return;
+    std::lock_guard<std::mutex> lk(exportMu_);
+    auto* e = static_cast<GpuExport*>(hold);
+    --e->users;
+    e->lastUse = ++exportUses_;
+  }
+
  private:
   std::string describe() const {
     return "NCCL net plugin " + path_ + " (network '" + name_ + "', ABI v" +
@@ -497,9 +534,83 @@ class PluginTransport final : public net::Transport {
     return Status();
   }
 
+  // Whether GPU memory on dev is registered through a dma-buf: the plugin takes one
+  // (NCCL_PTR_DMABUF and regMrDmaBuf), which NCCL prefers.
+  bool dmabufPath(int dev) const {
+    return (props_[dev].ptrSupport & ncclabi::NCCL_PTR_DMABUF) != 0 && abi_->hasRegMrDmaBuf();
+  }
+
+  // The export of the CUDA allocation holding [data, data + size), with one more user: the one
+  // kept, or a new one (made on the calling thread). The export itself is made
+  // without exportMu_ held: a registration on the runner's thread waits for that lock, and the
+  // export may wait for the driver's mapping lock, held by a thread waiting for the runner.
+  Result<GpuExport*> exportOf(const void* data, size_t size) {
+    const auto p = reinterpret_cast<uintptr_t>(data);
+    const uint64_t id = device::bufferId(data);
+    auto find = [&]() -> GpuExport* {
+      for (auto& e : exports_)
+        if (e->begin <= p && p + size <= e->begin + e->length && e->bufferId == id && id != 0) {
+          ++e->users;
+          return e.get();
+        }
+      return nullptr;
+    };
+    {
+      std::lock_guard<std::mutex> lk(exportMu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - lastSweep_ >= std::chrono::seconds(1)) {  // freed allocations' exports go
+        lastSweep_ = now;
+        dropIdleExports([](const GpuExport& e) {
+          return device::bufferId(reinterpret_cast<const void*>(e.begin)) != e.bufferId;
+        });
+      }
+      if (GpuExport* e = find()) return e;
+    }
+    auto made = std::make_unique<GpuExport>();
+    uint64_t offset = 0;
+    LOOM_TRY(device::exportDmabuf(data, size, &made->fd, &offset, &made->begin, &made->length));
+    made->bufferId = id;
+    made->users = 1;
+    std::lock_guard<std::mutex> lk(exportMu_);
+    if (GpuExport* e = find()) {  // another thread exported it meanwhile
+      ::close(made->fd);
+      return e;
+    }
+    dropIdleExports([](const GpuExport& e) {
+      return device::bufferId(reinterpret_cast<const void*>(e.begin)) != e.bufferId;
+    });
+    for (;;) {  // room for one more idle export: the least recently used idle ones go
+      size_t idle = 0;
+      const GpuExport* oldest = nullptr;
+      for (auto& e : exports_) {
+        if (e->users != 0) continue;
+        ++idle;
+        if (oldest == nullptr || e->lastUse < oldest->lastUse) oldest = e.get();
+      }
+      if (idle < kPluginIdleGpuRegistrations) break;
+      dropIdleExports([oldest](const GpuExport& e) { return &e == oldest; });
+    }
+    exports_.push_back(std::move(made));
+    return exports_.back().get();
+  }
+
+  // Closes the unused exports `drop` picks; exportMu_ held.
+  template <class Pred>
+  void dropIdleExports(Pred drop) {
+    for (size_t i = 0; i < exports_.size();) {
+      if (exports_[i]->users != 0 || !drop(*exports_[i])) {
+        ++i;
+        continue;
+      }
+      ::close(exports_[i]->fd);
+      exports_[i] = std::move(exports_.back());
+      exports_.pop_back();
+    }
+  }
+
   // c's registration of the CUDA allocation holding [data, data + size), made on its first use:
-  // the whole allocation, through a dma-buf where the plugin takes one (NCCL_PTR_DMABUF and
-  // regMrDmaBuf, as NCCL prefers), else with regMr as NCCL_PTR_CUDA.
+  // the whole allocation, through a dma-buf where the plugin takes one (dmabufPath: the export
+  // holdMemory made, else one made here), else with regMr as NCCL_PTR_CUDA.
   Result<GpuReg*> gpuRegistration(Comm* c, void* data, size_t size) {
     const auto p = reinterpret_cast<uintptr_t>(data);
     const uint64_t id = device::bufferId(data);
@@ -522,17 +633,17 @@ class PluginTransport final : public net::Transport {
     }
     auto g = std::make_unique<GpuReg>();
     g->bufferId = id;
-    const bool dmabuf =
-        (props_[c->dev].ptrSupport & ncclabi::NCCL_PTR_DMABUF) != 0 && abi_->hasRegMrDmaBuf();
+    const bool dmabuf = dmabufPath(c->dev);
     size_t length = 0;
     Status st;
     if (dmabuf) {
-      int fd = -1;
-      uint64_t offset = 0;
-      LOOM_TRY(device::exportDmabuf(data, size, &fd, &offset, &g->begin, &length));
+      LOOM_ASSIGN(GpuExport * e, exportOf(data, size));
+      g->begin = e->begin;
+      length = e->length;
+      // As NCCL: the fd stays the caller's; the plugin takes its own reference if it needs one.
       st = call("regMrDmaBuf", abi_->regMrDmaBuf(c->plugin, reinterpret_cast<void*>(g->begin),
-                                                 length, ncclabi::NCCL_PTR_CUDA, 0, fd, &g->mh));
-      ::close(fd);  // as NCCL: the plugin keeps its own reference if it needs one
+                                                 length, ncclabi::NCCL_PTR_CUDA, 0, e->fd, &g->mh));
+      releaseMemory(e);
     } else {
       LOOM_TRY(device::allocationOf(data, size, &g->begin, &length));
       st = call("regMr", abi_->regMr(c->plugin, reinterpret_cast<void*>(g->begin), length,
@@ -607,6 +718,10 @@ class PluginTransport final : public net::Transport {
   std::vector<PluginProps> props_;
   std::mutex connectMu_;
   std::map<std::pair<std::thread::id, std::string>, std::unique_ptr<net::Handle>> connecting_;
+  std::mutex exportMu_;  // exports_, exportUses_, lastSweep_
+  std::vector<std::unique_ptr<GpuExport>> exports_;
+  uint64_t exportUses_ = 0;
+  std::chrono::steady_clock::time_point lastSweep_{};
 };
 
 // dlopen as NCCL does: the name as given, then libnccl-net-<name>.so. Never closed.

@@ -14,7 +14,10 @@
 //     request on any part of that allocation uses it. A kept registration goes when its comm
 //     closes, when a later registration on the comm finds its allocation freed (CUDA's buffer id
 //     tells a new allocation at the same address apart), or, least recently used first, beyond
-//     kPluginIdleGpuRegistrations idle ones per comm.
+//     kPluginIdleGpuRegistrations idle ones per comm. The dma-buf is exported by holdMemory, on the
+//     thread that posts the call (the device runner's), and kept while the allocation lives (at
+//     most kPluginIdleGpuRegistrations idle), so the registrations on the runner's thread make no
+//     driver call that takes the CUDA driver's mapping lock.
 // - Sizes: the plugin's test() (and, before v9, isend/irecv) speaks int; sizes that do not fit, or
 //   exceed the device's maxP2pBytes, are refused with an error instead of being truncated.
 // - Errors: every failing plugin call becomes a Status naming the plugin, the call, the

@@ -6,9 +6,11 @@
 // and say what is missing); discovery (HCA filter, inactive ports, RoCE GIDs) on the emulated one.
 #include "transports/ib/ib_transport.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -447,6 +449,64 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
   st = t_->regMr(p_.send, src.ptr(0), 64, net::kPtrCuda, &far);
   EXPECT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("LOOM_NET_GDR_LEVEL"), std::string::npos) << st.message();
+}
+
+// regMrDmaBuf with the caller's dma-buf (NCCL's call; the NCCL-plugin adaptor's, which exports on
+// the thread that posts the call): the NIC registers through that fd and the transport exports
+// nothing itself (an export takes the CUDA driver's mapping lock, which the device runner's thread
+// must not wait for); the registration carries bytes, and is the allocation's for later requests.
+TEST_P(IbTransportTest, GpuRegistrationThroughTheCallersDmaBufExportsNothing) {
+  if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
+  void* lib = ::dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto* count =
+      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
+          : nullptr;
+  if (count == nullptr) GTEST_SKIP() << "needs the emulated CUDA device's counters";
+  loomtest::DevBuf src(1 << 20), dst(1 << 20);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  int fd = -1;
+  uint64_t offset = 0;
+  uintptr_t begin = 0;
+  size_t length = 0;
+  ASSERT_TRUE(device::exportDmabuf(src.ptr(0), 1 << 20, &fd, &offset, &begin, &length).isOk());
+  const long long exports = count("dmabuf_exports");
+  void* ms = nullptr;
+  Status st =
+      t_->regMrDmaBuf(p_.send, reinterpret_cast<void*>(begin), length, net::kPtrCuda, 0, fd, &ms);
+  ::close(fd);  // the registration keeps its own reference
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(count("dmabuf_exports"), exports) << "the transport exported the memory again";
+  // A buffer in the allocation, without a handle: the registration above serves it.
+  const size_t n = 70000;
+  std::vector<unsigned char> pattern(n);
+  for (size_t i = 0; i < n; ++i) pattern[i] = static_cast<unsigned char>(i * 5 + 1);
+  ASSERT_TRUE(src.put(pattern, 4096));
+  void* md = nullptr;
+  ASSERT_TRUE(t_->regMr(p_.recv, dst.ptr(0), n, net::kPtrCuda, &md).isOk());
+  const long long afterDst = count("dmabuf_exports");
+  Req s, r;
+  size_t cap = n;
+  int tag = 5;
+  void* to = dst.ptr(0);
+  void* none = nullptr;
+  ASSERT_TRUE(t_->irecv(p_.recv, 1, &to, &cap, &tag, &md, &r.handle).isOk());
+  ASSERT_TRUE(t_->isend(p_.send, src.ptr(4096), n, tag, none, &s.handle).isOk());
+  ASSERT_TRUE(drive(t_, {&s, &r}));
+  ASSERT_TRUE(s.status.isOk() && r.status.isOk()) << s.status.message() << r.status.message();
+  EXPECT_EQ(count("dmabuf_exports"), afterDst) << "the send registered the allocation again";
+  Req f;
+  ASSERT_TRUE(t_->iflush(p_.recv, 1, &to, &cap, &md, &f.handle).isOk());
+  if (f.handle != nullptr) {
+    ASSERT_TRUE(drive(t_, {&f}) && f.status.isOk());
+  }
+  EXPECT_EQ(dst.get<unsigned char>(n), pattern);
+  // Without a dma-buf, GPU memory is refused by this call, saying so.
+  void* bad = nullptr;
+  st = t_->regMrDmaBuf(p_.send, src.ptr(0), 4096, net::kPtrCuda, 0, -1, &bad);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("without a dma-buf"), std::string::npos) << st.message();
+  EXPECT_TRUE(t_->deregMr(p_.send, ms).isOk());
+  EXPECT_TRUE(t_->deregMr(p_.recv, md).isOk());
 }
 
 // A GPU allocation's registration outlives its users (Device::regGpu): registered once however

@@ -177,8 +177,7 @@ TEST_F(ImportedPluginGpu, IdleRegistrationsAreCapped) {
   for (size_t i = 0; i < kPluginIdleGpuRegistrations + extra; ++i) {
     bufs.push_back(std::make_unique<loomtest::DevBuf>(64 << 10));
     ASSERT_TRUE(bufs.back()->ok());
-    ASSERT_EQ(checkedTransfer(bufs.back().get(), 0, &dst, 0, 30000, static_cast<int>(i % 200)),
-              "")
+    ASSERT_EQ(checkedTransfer(bufs.back().get(), 0, &dst, 0, 30000, static_cast<int>(i % 200)), "")
         << "buffer " << i;
   }
   const Counts c = counts();
@@ -188,6 +187,41 @@ TEST_F(ImportedPluginGpu, IdleRegistrationsAreCapped) {
   // The most recently used are the ones kept: reusing the last buffer registers nothing.
   ASSERT_EQ(checkedTransfer(bufs.back().get(), 4096, &dst, 0, 30000, 201), "");
   EXPECT_EQ(counts().dmabufRegs, c.dmabufRegs);
+}
+
+// holdMemory (the device runner's call on the posting thread) exports the allocations there; the
+// comms' registrations made later (on the runner's thread) use those exports and make none.
+TEST_F(ImportedPluginGpu, HeldMemoryIsExportedOnTheHoldingThreadOnly) {
+  void* lib = ::dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto* fakeCount =
+      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
+          : nullptr;
+  if (fakeCount == nullptr) GTEST_SKIP() << "needs the emulated CUDA device's counters";
+  loomtest::DevBuf src(1 << 20), dst(1 << 20);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  const long long exports0 = fakeCount("dmabuf_exports");
+  void *hs = nullptr, *hd = nullptr;
+  ASSERT_TRUE(t_->holdMemory(0, src.ptr(4096), 100000, net::kPtrCuda, &hs).isOk());
+  ASSERT_TRUE(t_->holdMemory(0, dst.ptr(0), 100000, net::kPtrCuda, &hd).isOk());
+  ASSERT_NE(hs, nullptr);
+  ASSERT_NE(hd, nullptr);
+  void* again = nullptr;
+  ASSERT_TRUE(t_->holdMemory(0, src.ptr(500000), 1000, net::kPtrCuda, &again).isOk());
+  EXPECT_EQ(again, hs) << "a second hold on the allocation exported it again";
+  t_->releaseMemory(again);
+  EXPECT_EQ(fakeCount("dmabuf_exports") - exports0, 2) << "one export per allocation";
+  const Counts c = counts();
+  ASSERT_EQ(checkedTransfer(&src, 4096, &dst, 0, 100000, 3), "");
+  EXPECT_EQ(fakeCount("dmabuf_exports") - exports0, 2) << "the registrations exported again";
+  EXPECT_EQ(counts().dmabufRegs - c.dmabufRegs, 2);
+  t_->releaseMemory(hs);
+  t_->releaseMemory(hd);
+  // Host memory is never held (its registration needs no driver call).
+  std::vector<char> host(4096);
+  void* hh = reinterpret_cast<void*>(1);
+  ASSERT_TRUE(t_->holdMemory(0, host.data(), host.size(), net::kPtrHost, &hh).isOk());
+  EXPECT_EQ(hh, nullptr);
+  EXPECT_FALSE(t_->holdMemory(t_->devices(), src.ptr(0), 4096, net::kPtrCuda, &hh).isOk());
 }
 
 }  // namespace

@@ -406,31 +406,35 @@ ncclResult_t accept(void* listenComm, void** recvComm) {
   });
 }
 
-ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
-  return guarded("regMr", [&] {
-    if (mhandle == nullptr) return invalidArgument("regMr", "null mhandle pointer");
+// regMr, and regMrDmaBuf with the caller's dma-buf of GPU memory (dmabufFd >= 0), as `what`.
+ncclResult_t registerMemory(const char* what, void* comm, void* data, size_t size, int type,
+                            int dmabufFd, uint64_t dmabufOffset, void** mhandle) {
+  return guarded(what, [&] {
+    if (mhandle == nullptr) return invalidArgument(what, "null mhandle pointer");
     *mhandle = nullptr;
-    auto s = ready("regMr");
-    if (!s.isOk()) return fail("regMr", s.status());
-    auto c = commOf(comm, "regMr");
-    if (!c.isOk()) return fail("regMr", c.status());
+    auto s = ready(what);
+    if (!s.isOk()) return fail(what, s.status());
+    auto c = commOf(comm, what);
+    if (!c.isOk()) return fail(what, c.status());
     Comm* cm = c.value();
     if (type != abi::NCCL_PTR_HOST && type != abi::NCCL_PTR_CUDA)
-      return fail("regMr",
+      return fail(what,
                   LOOM_ERROR(kInvalidArgument,
                              "memory type {} (valid: NCCL_PTR_HOST 1, NCCL_PTR_CUDA 2)", type));
     if (type == abi::NCCL_PTR_CUDA && !(cm->device->props.ptrSupport & abi::NCCL_PTR_CUDA))
       return fail(
-          "regMr",
-          LOOM_ERROR(kInvalidArgument,
-                     "cannot register GPU memory (type = 2, {} bytes at {}) on dev {} ({}): "
-                     "this transport/device has no GPUDirect RDMA (ptrSupport {}); NCCL "
-                     "stages GPU data through host memory when ptrSupport lacks CUDA",
-                     size, data, cm->dev, cm->device->name,
-                     ptrSupportText(cm->device->props.ptrSupport)));
+          what, LOOM_ERROR(kInvalidArgument,
+                           "cannot register GPU memory (type = 2, {} bytes at {}) on dev {} ({}): "
+                           "this transport/device has no GPUDirect RDMA (ptrSupport {}); NCCL "
+                           "stages GPU data through host memory when ptrSupport lacks CUDA",
+                           size, data, cm->dev, cm->device->name,
+                           ptrSupportText(cm->device->props.ptrSupport)));
     const int loomType = type == abi::NCCL_PTR_CUDA ? net::kPtrCuda : net::kPtrHost;
-    Status st = s.value().transport->regMr(cm->inner, data, size, loomType, mhandle);
-    if (!st.isOk()) return fail("regMr", st);
+    Status st = dmabufFd >= 0 && type == abi::NCCL_PTR_CUDA
+                    ? s.value().transport->regMrDmaBuf(cm->inner, data, size, loomType,
+                                                       dmabufOffset, dmabufFd, mhandle)
+                    : s.value().transport->regMr(cm->inner, data, size, loomType, mhandle);
+    if (!st.isOk()) return fail(what, st);
     if (type == abi::NCCL_PTR_CUDA && !cm->gdrLogged) {
       cm->gdrLogged = true;
       LOOM_LOG_AT(LogLevel::kInfo, kSubInit | kSubNet,
@@ -441,13 +445,16 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   });
 }
 
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return registerMemory("regMr", comm, data, size, type, -1, 0, mhandle);
+}
+
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                          void** mhandle) {
-  // The fd is NCCL's: it closes it right after this call, so nothing here keeps it. Host memory
-  // needs no dma-buf; GPU memory goes through the transport's own GPU registration (it detects
-  // dma-buf or nvidia-peermem itself), which is only offered when the device supports it.
-  (void)offset;
-  (void)fd;
+  // The fd is NCCL's: it closes it right after this call, so nothing here keeps it (the NIC's
+  // registration takes its own reference). Host memory needs no dma-buf; GPU memory is registered
+  // through it, so that this call makes no export of its own (which takes the CUDA driver's
+  // mapping lock); only offered when the device supports it.
   if (type == abi::NCCL_PTR_CUDA) {
     auto s = ready("regMrDmaBuf");
     if (!s.isOk()) return fail("regMrDmaBuf", s.status());
@@ -461,7 +468,7 @@ ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t
                              c.value()->dev, c.value()->device->name,
                              ptrSupportText(c.value()->device->props.ptrSupport)));
   }
-  return regMr(comm, data, size, type, mhandle);
+  return registerMemory("regMrDmaBuf", comm, data, size, type, fd, offset, mhandle);
 }
 
 ncclResult_t deregMr(void* comm, void* mhandle) {
