@@ -825,10 +825,15 @@ loomResult_t loomCommAbort(loomComm_t comm) {
     Comm* c = comm->impl.get();
     forgetQueued(comm);
     c->requestAbort();
-    // Blocked calls see the flag within milliseconds; wait for them to leave before freeing.
-    for (int i = 0; i < 10000 && comm->calls.load() > 0; ++i)
+    // Blocked calls see the flag within milliseconds; wait for them to leave before freeing. One
+    // look that finds none is enough: a call counted after it (CallScope counts itself, then
+    // looks at the flag; both sequentially consistent) sees the flag and leaves without touching
+    // the communicator. Looking again after that first zero could catch such a passing call
+    // and take it for one still running.
+    bool idle = false;
+    for (int i = 0; i < 10000 && !(idle = comm->calls.load() == 0); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (comm->calls.load() > 0) {
+    if (!idle) {
       LOOM_WARN(
           "loomCommAbort: a call is still running on the communicator after 10 s; leaking it");
       return Status();
