@@ -11,6 +11,7 @@
 #include "src/device/device_memory.h"
 #include "src/device/kernels.h"
 #include "src/runtime/comm.h"
+#include "src/runtime/executor.h"
 #include "src/runtime/run.h"
 
 namespace loom {
@@ -441,33 +442,35 @@ void DeviceRunner::loop() {
 Status DeviceRunner::reserveStaging(Job* job) {
   if (comm_->deviceSchedule()) {  // GPUDirect RDMA: nothing is staged (runOnSchedule)
     job->plans.assign(job->calls.size(), StagePlan{});
-    // The schedule's device scratch instead, here rather than on the runner. What the built-in
-    // algorithms' schedules need, in units of the call's larger buffer: to reduce, up to two of
-    // partial sums and one per step that receives a piece to reduce (log2 n for recursive
-    // doubling or a binomial tree, chosen for small calls; under 2 in all for ring and
-    // halving-doubling, chosen for large ones); 3 for an all-to-all (Bruck's rotated blocks); 1 for
-    // the rest. And a stand-in for a buffer the rank does not pass (non-root Reduce output,
-    // non-root Broadcast input), a point-to-point's own count (a receive that overlaps a send of
-    // its group), and a few aligned pieces. One that needs more grows it there (deviceScratch), and
-    // says so.
-    int log2n = 0;
-    while ((1 << log2n) < comm_->nranks()) ++log2n;
+    // A job without device memory runs as host calls (run), decided there.
+    if (std::none_of(job->calls.begin(), job->calls.end(),
+                     [](const QueuedOp& q) { return q.inDevice || q.outDevice; }))
+      return Status();
+    // The schedule's device scratch instead, here rather than on the runner: each call decided
+    // and its schedule built here (the runner then finds both made), and what the schedules take
+    // reserved as the executor will lay it out (scheduleScratchBytes), so that the runner
+    // allocates nothing. (If it ever must, deviceScratch grows it there, and says so.)
+    const bool grouped = job->calls.size() > 1;
+    const size_t pieceBytes = static_cast<size_t>(std::max<int64_t>(params::kChunkSize.asInt(), 1));
     size_t need = 0;
-    for (const QueuedOp& q : job->calls) {
-      if (!(q.inDevice || q.outDevice)) continue;
+    for (size_t i = 0; i < job->calls.size(); ++i) {
+      QueuedOp& q = job->calls[i];
+      LOOM_TRY(decideOnSchedule(&q, grouped));
+      if (!(q.inDevice || q.outDevice)) continue;  // host calls take the host scratch
+      LOOM_ASSIGN(auto sched, comm_->schedules().get(q.args, comm_->rank(), comm_->nranks(),
+                                                     comm_->rankLayout(), q.algorithm, pieceBytes));
+      // A receive that overlaps a send of its group is received into a copy (executeOps).
+      bool blocked = false;
       const OpArgs& a = q.args;
-      const CollCounts c = collCounts(a.coll, a.count, comm_->nranks());
-      const size_t es = dataTypeSize(a.dtype), larger = std::max(c.input, c.output);
-      size_t units = 1;
-      if (a.coll == CollKind::kAllToAll) units = 3;
-      if (a.coll == CollKind::kAllReduce || a.coll == CollKind::kReduceScatter ||
-          a.coll == CollKind::kReduce)
-        units = larger * es <= (1u << 20) ? static_cast<size_t>(2 + log2n) : 2;
-      size_t elems = units * larger;
-      if (!a.sendbuff) elems += c.input;
-      if (!a.recvbuff) elems += c.output;
-      if (a.coll == CollKind::kSendRecv) elems += a.count;
-      need += alignUp(elems * es) + 4096;
+      if (a.coll == CollKind::kSendRecv && !a.isSend && a.count > 0) {
+        for (size_t k = 0; k < job->calls.size() && !blocked; ++k) {
+          const OpArgs& o = job->calls[k].args;
+          blocked = k != i && o.coll == CollKind::kSendRecv && o.isSend &&
+                    rangesOverlap(a.recvbuff, a.count * dataTypeSize(a.dtype), o.sendbuff,
+                                  o.count * dataTypeSize(o.dtype));
+        }
+      }
+      need += scheduleScratchBytes(*sched, a, blocked);
     }
     return growScratch(need);
   }
@@ -705,19 +708,23 @@ Result<char*> DeviceRunner::deviceScratch(size_t bytes) {
   return reinterpret_cast<char*>(scratch_);
 }
 
+Status DeviceRunner::decideOnSchedule(QueuedOp* q, bool grouped) {
+  CallShape shape = shapeOf(q->args, comm_->nranks(), grouped);
+  if (q->inDevice) shape.sendKind = MemKind::kCudaDevice;
+  if (q->outDevice) shape.recvKind = MemKind::kCudaDevice;
+  LOOM_ASSIGN(Decision d, comm_->decide(shape));
+  q->algorithm = std::move(d.algorithm);
+  return Status();
+}
+
 Status DeviceRunner::runOnSchedule(const Job& job) {
   // Each call as dispatch decides it with its buffers' kinds: device memory takes the schedule
   // path only (the exchange and the one pass read host memory); host calls go as ever.
-  std::vector<QueuedOp> calls;
-  const bool grouped = job.calls.size() > 1;
-  for (const QueuedOp& q : job.calls) {
-    CallShape shape = shapeOf(q.args, comm_->nranks(), grouped);
-    if (q.inDevice) shape.sendKind = MemKind::kCudaDevice;
-    if (q.outDevice) shape.recvKind = MemKind::kCudaDevice;
-    LOOM_ASSIGN(Decision d, comm_->decide(shape));
-    calls.push_back(q);
-    calls.back().algorithm = d.algorithm;
-  }
+  // Decided when posted (reserveStaging); a call that was not is decided here.
+  std::vector<QueuedOp> calls = job.calls;
+  const bool grouped = calls.size() > 1;
+  for (QueuedOp& q : calls)
+    if (q.algorithm.empty()) LOOM_TRY(decideOnSchedule(&q, grouped));
   static std::once_flag logged;
   std::call_once(logged, [&] {
     LOOM_INFO(kSubNet,

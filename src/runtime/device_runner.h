@@ -134,6 +134,8 @@ class DeviceRunner {
   // The calls of a job on device memory straight on the schedule path (GPUDirect RDMA: the
   // network reads and writes the device buffers; Comm::deviceSchedule).
   Status runOnSchedule(const Job& job);
+  // q's algorithm as dispatch decides it with its buffers' kinds (device memory: the schedule).
+  Status decideOnSchedule(QueuedOp* q, bool grouped);
   // A call whose plan is pipelined (plan.chunks >= 2), through the slots at host.
   Status runPipelined(const QueuedOp& call, const StagePlan& plan, char* host);
   // Pinned host memory for a job's staging (job->staging), grown as needed and reused, on the

@@ -389,16 +389,7 @@ class Executor {
   static size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
 
   size_t scratchBytesOf(const Run& r) const {
-    const auto& lw = r.sched->lowered;
-    size_t bytes = align64(lw.scratchCount * r.elemSize) + align64(lw.stagingCount * r.elemSize);
-    // A NULL buffer that the API allows (non-root Reduce output, non-root Broadcast input) gets a
-    // harmless stand-in so that no schedule can dereference it.
-    if (!r.args.recvbuff && r.sched->touchesOutput)
-      bytes += align64(r.sched->layout.outputCount * r.elemSize);
-    if (!r.args.sendbuff && r.sched->touchesInput)
-      bytes += align64(r.sched->layout.inputCount * r.elemSize);
-    if (!r.blockers.empty()) bytes += align64(r.args.count * r.elemSize);
-    return bytes;
+    return scheduleScratchBytes(*r.sched, r.args, !r.blockers.empty());
   }
 
   Status bind(Run& r, char* mem) {
@@ -826,6 +817,18 @@ Result<std::shared_ptr<const CompiledSchedule>> ScheduleCache::get(
     lru_.pop_back();
   }
   return std::shared_ptr<const CompiledSchedule>(sched);
+}
+
+size_t scheduleScratchBytes(const CompiledSchedule& s, const OpArgs& args, bool blocked) {
+  auto align64 = [](size_t b) { return (b + 63) & ~size_t(63); };
+  const size_t es = dataTypeSize(args.dtype);
+  size_t bytes = align64(s.lowered.scratchCount * es) + align64(s.lowered.stagingCount * es);
+  // A NULL buffer that the API allows (non-root Reduce output, non-root Broadcast input) gets a
+  // harmless stand-in so that no schedule can dereference it.
+  if (!args.recvbuff && s.touchesOutput) bytes += align64(s.layout.outputCount * es);
+  if (!args.sendbuff && s.touchesInput) bytes += align64(s.layout.inputCount * es);
+  if (blocked) bytes += align64(args.count * es);
+  return bytes;
 }
 
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {

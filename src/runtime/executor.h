@@ -82,6 +82,12 @@ class ScheduleCache {
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);
 
+// The scratch bytes a call of args on schedule s takes from its communicator's scratch (the device
+// scratch for a call on device memory), as executeOps lays it out: the schedule's scratch and
+// staging, a stand-in for a buffer the call does not pass that the schedule touches, and, where a
+// receive overlaps a send of its group (blocked), a copy of the receive.
+size_t scheduleScratchBytes(const CompiledSchedule& s, const OpArgs& args, bool blocked);
+
 // One call to run on a schedule: what the user issued and the algorithm dispatch chose for it
 // ("p2p" for Send/Recv).
 struct QueuedOp {

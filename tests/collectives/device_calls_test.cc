@@ -551,6 +551,9 @@ TEST(DeviceCalls, GpuDirectScheduleOverInfiniBandAndStagedWhenOff) {
           << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.describe(r);
       EXPECT_NE(res.output[r].find(says), std::string::npos)
           << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.output[r];
+      // The device scratch was reserved when each call was posted, from its schedule.
+      EXPECT_EQ(res.output[r].find("more than its post reserved"), std::string::npos)
+          << "LOOM_DEVICE_GDR=" << gdr << " rank " << r << ": " << res.output[r];
     }
   }
 #endif
@@ -586,6 +589,8 @@ TEST(DeviceCalls, GpuDirectScheduleThroughAnImportedNcclPlugin) {
         << "rank " << r << ": " << res.output[r];
     EXPECT_NE(res.output[r].find("network 'Loom'"), std::string::npos)
         << "rank " << r << " did not use the plugin: " << res.output[r];
+    EXPECT_EQ(res.output[r].find("more than its post reserved"), std::string::npos)
+        << "rank " << r << ": " << res.output[r];
   }
 #endif
 }
