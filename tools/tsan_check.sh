@@ -14,7 +14,8 @@
 #                      buffers on the emulated GPU (libloom-fakecuda.so, which runs without nvcc's
 #                      kernels): the device calls (streams, the one pass, staging, GPUDirect,
 #                      faults, abort) and the thread matrix on device buffers with streams (up to
-#                      5 ranks)
+#                      5 ranks), and at 2 and 3 ranks on the GPUDirect schedule through an imported
+#                      NCCL net plugin (Loom's own, built with collectives_tests)
 # Any report fails the run (halt_on_error). Used by tools/test.sh (the CI); alone:
 #   tools/tsan_check.sh            # build and run
 #   FRESH=1 tools/tsan_check.sh    # from scratch
@@ -31,6 +32,7 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 B=$BUILD_DIR/tests
 FAKEVERBS=$B/transports/ib/libloom-fakeverbs.so
 FAKECUDA=$B/device/fake_cuda/libloom-fakecuda.so
+PLUGIN=$BUILD_DIR/transports/ncclnet/plugin/libnccl-net-loom.so
 THREADS='Ranks/ThreadMatrix.*:*AllReduceAlgorithms*:Collectives.*:Group.*:Comm.*:Failure.*'
 LOGS=$BUILD_DIR/tsan-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
@@ -43,6 +45,7 @@ RUNS=(
   "collectives_ib|LOOM_NET=ib LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*-*_8ranks:*_5ranks"
   "device_calls|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_FAKECUDA_DEVICES=2|collectives/collectives_tests --gtest_filter=DeviceCalls.*"
   "device_matrix|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1|collectives/collectives_tests --gtest_filter=Ranks/ThreadMatrix.*-*_8ranks"
+  "device_plugin_gdr|LOOM_NET_PLUGIN=$PLUGIN LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1 LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1 LOOM_NET_GDR_LEVEL=SYS LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS=200|collectives/collectives_tests --gtest_filter=Ranks/ThreadMatrix.*_2ranks:Ranks/ThreadMatrix.*_3ranks"
   "bootstrap||bootstrap/bootstrap_tests"
   "runtime||runtime/runtime_tests"
 )
