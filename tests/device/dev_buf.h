@@ -2,6 +2,8 @@
 // and read with the driver's copies. Used by the device-call tests and the GPUDirect tests.
 #pragma once
 
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <vector>
 
@@ -46,5 +48,15 @@ struct DevBuf {
  private:
   static const loom::cuda::DriverApi& api() { return loom::cuda::cudaDriver().api; }
 };
+
+// The emulated CUDA device's counter `what` (loomtest_fakecuda_count, fake_cuda.h), read from the
+// loaded driver library; -1 where that library has no counters (a real driver).
+inline long long fakeCudaCount(const char* what) {
+  void* lib = ::dlopen(loom::cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto* count =
+      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
+          : nullptr;
+  return count ? count(what) : -1;
+}
 
 }  // namespace loomtest

@@ -6,7 +6,6 @@
 // and say what is missing); discovery (HCA filter, inactive ports, RoCE GIDs) on the emulated one.
 #include "transports/ib/ib_transport.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -457,11 +456,8 @@ TEST_P(IbTransportTest, GpuDirectThroughDmaBuf) {
 // must not wait for); the registration carries bytes, and is the allocation's for later requests.
 TEST_P(IbTransportTest, GpuRegistrationThroughTheCallersDmaBufExportsNothing) {
   if (const std::string why = gpuDirectMissing(); !why.empty()) GTEST_SKIP() << why;
-  void* lib = ::dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  auto* count =
-      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
-          : nullptr;
-  if (count == nullptr) GTEST_SKIP() << "needs the emulated CUDA device's counters";
+  auto count = loomtest::fakeCudaCount;
+  if (count("dmabuf_exports") < 0) GTEST_SKIP() << "needs the emulated CUDA device's counters";
   loomtest::DevBuf src(1 << 20), dst(1 << 20);
   ASSERT_TRUE(src.ok() && dst.ok());
   int fd = -1;

@@ -192,11 +192,8 @@ TEST_F(ImportedPluginGpu, IdleRegistrationsAreCapped) {
 // holdMemory (the device runner's call on the posting thread) exports the allocations there; the
 // comms' registrations made later (on the runner's thread) use those exports and make none.
 TEST_F(ImportedPluginGpu, HeldMemoryIsExportedOnTheHoldingThreadOnly) {
-  void* lib = ::dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  auto* fakeCount =
-      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
-          : nullptr;
-  if (fakeCount == nullptr) GTEST_SKIP() << "needs the emulated CUDA device's counters";
+  auto fakeCount = loomtest::fakeCudaCount;
+  if (fakeCount("dmabuf_exports") < 0) GTEST_SKIP() << "needs the emulated CUDA device's counters";
   loomtest::DevBuf src(1 << 20), dst(1 << 20);
   ASSERT_TRUE(src.ok() && dst.ok());
   const long long exports0 = fakeCount("dmabuf_exports");
