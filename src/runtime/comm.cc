@@ -548,9 +548,13 @@ bool Comm::findDeviceSchedule(std::string* whyNot) const {
 }
 
 Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
+  std::lock_guard<std::mutex> lk(factsMu_);
   const uint64_t gen = paramsGeneration();
-  LOOM_ASSIGN(factsFilter_, algoFilter());
-  DispatchFacts f;
+  if (const DispatchFacts* in = facts_.load(); in != nullptr && gen == factsGeneration_.load())
+    return in;  // another thread rebuilt them meanwhile
+  auto built = std::make_unique<BuiltFacts>();
+  LOOM_ASSIGN(built->filter, algoFilter());
+  DispatchFacts& f = built->facts;
   f.nranks = nranks_;
   f.allLocal = allLocal();
   f.llMaxBytes = llMax_;
@@ -561,7 +565,7 @@ Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
   f.singleCopy = params::kShmSingleCopy.asInt() >= 1;
   f.directMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kShmDirectMax.asInt()));
   f.rdMaxBytes = static_cast<size_t>(std::max<int64_t>(0, params::kAllReduceRdMax.asInt()));
-  f.filter = factsFilter_.get();
+  f.filter = built->filter.get();
   // What the transports take, within what the executor copies and reduces: host memory with the
   // CPU, device memory with the device where every rank can (deviceSchedule).
   f.scheduleKinds =
@@ -572,9 +576,11 @@ Result<const DispatchFacts*> Comm::rebuildDispatchFacts() {
     f.plan = [this](const CollArgs& args, size_t elemSize, const AlgoFilter& fil) {
       return planFor(args, elemSize, fil);
     };
-  facts_ = std::move(f);
-  factsGeneration_ = gen;
-  return &facts_;
+  factsBuilt_.push_back(std::move(built));
+  if (factsBuilt_.size() > kKeptFacts) factsBuilt_.pop_front();
+  facts_.store(&factsBuilt_.back()->facts);
+  factsGeneration_.store(gen);
+  return facts_.load();
 }
 
 Result<Decision> Comm::decide(const CallShape& call, bool explain) {

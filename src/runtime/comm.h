@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -146,16 +147,19 @@ class Comm {
   // loomCommSetAlgo: this communicator's algorithm filter in place of LOOM_ALGO's (null: none).
   void setAlgoOverride(std::shared_ptr<const AlgoFilter> f) {
     algoOverride_ = std::move(f);
-    factsGeneration_ = 0;  // the facts hold the filter: rebuild them
+    factsGeneration_.store(0);  // the facts hold the filter: rebuild them
   }
   // The algorithm filter in force: loomCommSetAlgo's, else LOOM_ALGO's (parsed once per distinct
   // value; an error names a bad spec).
   Result<std::shared_ptr<const AlgoFilter>> algoFilter() const;
   // What dispatch reads of this communicator (src/runtime/dispatch.h): built once and again only
   // when the parameters are reloaded or loomCommSetAlgo changes the filter. Errors: a bad
-  // LOOM_ALGO.
+  // LOOM_ALGO. Any thread: the device runner decides host calls while the posting thread decides
+  // the next device job's (DeviceRunner::reserveStaging); a rebuild makes a new one and keeps
+  // the last kKeptFacts, so a pointer handed out stays valid for the call that asked for it.
   Result<const DispatchFacts*> dispatchFacts() {
-    if (paramsGeneration() == factsGeneration_) return &facts_;
+    const DispatchFacts* f = facts_.load();
+    if (f != nullptr && paramsGeneration() == factsGeneration_.load()) return f;
     return rebuildDispatchFacts();
   }
   // dispatch() for call on this communicator (the planner's plans are cached per call shape),
@@ -274,9 +278,16 @@ class Comm {
       planChoices_;                                 // by call shape and filter
   std::set<std::string> planLogged_;                // call shapes whose decision rank 0 logged
   std::shared_ptr<const AlgoFilter> algoOverride_;  // loomCommSetAlgo; used by the calling thread
-  DispatchFacts facts_;                             // dispatchFacts()
-  std::shared_ptr<const AlgoFilter> factsFilter_;   // the filter facts_ points to
-  uint64_t factsGeneration_ = 0;                    // paramsGeneration() facts_ was built at
+  // dispatchFacts(): the facts in force, and the ones built (each with the filter it points to).
+  struct BuiltFacts {
+    DispatchFacts facts;
+    std::shared_ptr<const AlgoFilter> filter;
+  };
+  static constexpr size_t kKeptFacts = 16;
+  std::mutex factsMu_;  // factsBuilt_, and a rebuild
+  std::deque<std::unique_ptr<BuiltFacts>> factsBuilt_;
+  std::atomic<const DispatchFacts*> facts_{nullptr};
+  std::atomic<uint64_t> factsGeneration_{0};  // paramsGeneration() facts_ was built at
 };
 
 }  // namespace loom
