@@ -547,6 +547,9 @@ class PluginTransport final : public net::Transport {
   Result<GpuExport*> exportOf(const void* data, size_t size) {
     const auto p = reinterpret_cast<uintptr_t>(data);
     const uint64_t id = device::bufferId(data);
+    auto freed = [](const GpuExport& e) {  // its allocation is gone (or another is there now)
+      return device::bufferId(reinterpret_cast<const void*>(e.begin)) != e.bufferId;
+    };
     auto find = [&]() -> GpuExport* {
       for (auto& e : exports_)
         if (e->begin <= p && p + size <= e->begin + e->length && e->bufferId == id && id != 0) {
@@ -560,9 +563,7 @@ class PluginTransport final : public net::Transport {
       const auto now = std::chrono::steady_clock::now();
       if (now - lastSweep_ >= std::chrono::seconds(1)) {  // freed allocations' exports go
         lastSweep_ = now;
-        dropIdleExports([](const GpuExport& e) {
-          return device::bufferId(reinterpret_cast<const void*>(e.begin)) != e.bufferId;
-        });
+        dropIdleExports(freed);
       }
       if (GpuExport* e = find()) return e;
     }
@@ -576,9 +577,7 @@ class PluginTransport final : public net::Transport {
       ::close(made->fd);
       return e;
     }
-    dropIdleExports([](const GpuExport& e) {
-      return device::bufferId(reinterpret_cast<const void*>(e.begin)) != e.bufferId;
-    });
+    dropIdleExports(freed);
     for (;;) {  // room for one more idle export: the least recently used idle ones go
       size_t idle = 0;
       const GpuExport* oldest = nullptr;
