@@ -54,6 +54,7 @@ Driver* load() {
   need("cuCtxSetCurrent", &a.cuCtxSetCurrent);
   need("cuCtxGetDevice", &a.cuCtxGetDevice);
   need("cuPointerGetAttribute", &a.cuPointerGetAttribute);
+  need("cuPointerGetAttributes", &a.cuPointerGetAttributes);
   need("cuMemGetAddressRange_v2", &a.cuMemGetAddressRange);
   need("cuMemAlloc_v2", &a.cuMemAlloc);
   need("cuMemFree_v2", &a.cuMemFree);
@@ -163,6 +164,7 @@ static_assert(kPointerAttrBufferId == CU_POINTER_ATTRIBUTE_BUFFER_ID, "cuda.h");
 static_assert(kPointerAttrIsManaged == CU_POINTER_ATTRIBUTE_IS_MANAGED, "cuda.h");
 static_assert(kPointerAttrRangeStart == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "cuda.h");
 static_assert(kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE, "cuda.h");
+static_assert(sizeof(int) == sizeof(CUpointer_attribute), "cuda.h");
 static_assert(kStreamWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ, "cuda.h");
 static_assert(kMemHostAllocDeviceMap == CU_MEMHOSTALLOC_DEVICEMAP, "cuda.h");
 static_assert(kMemHandleTypePosixFd == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, "cuda.h");

@@ -140,6 +140,9 @@ struct DriverApi {
   CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuCtxGetDevice)(CUdevice* device);
   CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr);
+  // Several attributes in one call; a pointer the driver does not know is no error: every value
+  // is zero (memory type 0).
+  CUresult (*cuPointerGetAttributes)(unsigned count, int* attributes, void** data, CUdeviceptr ptr);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);  // _v2
   CUresult (*cuMemAlloc)(CUdeviceptr* ptr, size_t bytes);                              // _v2
   CUresult (*cuMemFree)(CUdeviceptr ptr);                                              // _v2

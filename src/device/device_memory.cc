@@ -18,17 +18,21 @@ bool cudaUsable() {
 PointerInfo classify(const void* p) {
   PointerInfo info;
   if (!p || !cudaUsable()) return info;
-  const cuda::DriverApi& api = cuda::cudaDriver().api;
-  const auto ptr = reinterpret_cast<cuda::CUdeviceptr>(p);
-  unsigned type = 0;
-  if (api.cuPointerGetAttribute(&type, cuda::kPointerAttrMemoryType, ptr) != cuda::kSuccess)
+  unsigned type = 0, managed = 0;
+  int device = -1;
+  unsigned long long id = 0;  // NOLINT: the driver's type
+  int attrs[] = {cuda::kPointerAttrMemoryType, cuda::kPointerAttrIsManaged,
+                 cuda::kPointerAttrDeviceOrdinal, cuda::kPointerAttrBufferId};
+  void* data[] = {&type, &managed, &device, &id};
+  if (cuda::cudaDriver().api.cuPointerGetAttributes(
+          4, attrs, data, reinterpret_cast<cuda::CUdeviceptr>(p)) != cuda::kSuccess ||
+      type == 0)
     return info;  // not known to CUDA: plain host memory
-  int managed = 0;
-  api.cuPointerGetAttribute(&managed, cuda::kPointerAttrIsManaged, ptr);
   info.managed = managed != 0;
+  info.bufferId = static_cast<uint64_t>(id);
   if (type == cuda::kMemoryTypeDevice || type == cuda::kMemoryTypeUnified || info.managed) {
     info.kind = MemKind::kCudaDevice;
-    api.cuPointerGetAttribute(&info.device, cuda::kPointerAttrDeviceOrdinal, ptr);
+    info.device = device;
   }
   return info;
 }

@@ -20,13 +20,14 @@ bool cudaUsable();
 
 struct PointerInfo {
   MemKind kind = MemKind::kHost;
-  int device = -1;       // the device's ordinal, for device and managed memory
-  bool managed = false;  // cudaMallocManaged / cuMemAllocManaged memory (kind: kCudaDevice)
+  int device = -1;        // the device's ordinal, for device and managed memory
+  bool managed = false;   // cudaMallocManaged / cuMemAllocManaged memory (kind: kCudaDevice)
+  uint64_t bufferId = 0;  // the driver's id of its allocation (bufferId), 0 for plain host memory
 };
 
 // p's kind. Host memory the driver does not know, host memory it pinned or mapped (cuMemHostAlloc,
 // cuMemHostRegister) are kHost; device memory (cuMemAlloc, VMM mappings, IPC imports) is
-// kCudaDevice with its device.
+// kCudaDevice with its device. One driver call.
 PointerInfo classify(const void* p);
 
 // Whether host code may read [p, p + bytes): its first and last bytes are in readable mappings of

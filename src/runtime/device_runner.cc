@@ -461,16 +461,9 @@ Status DeviceRunner::reserveStaging(Job* job) {
                                                      comm_->rankLayout(), q.algorithm, pieceBytes));
       // A receive that overlaps a send of its group is received into a copy (executeOps).
       bool blocked = false;
-      const OpArgs& a = q.args;
-      if (a.coll == CollKind::kSendRecv && !a.isSend && a.count > 0) {
-        for (size_t k = 0; k < job->calls.size() && !blocked; ++k) {
-          const OpArgs& o = job->calls[k].args;
-          blocked = k != i && o.coll == CollKind::kSendRecv && o.isSend &&
-                    rangesOverlap(a.recvbuff, a.count * dataTypeSize(a.dtype), o.sendbuff,
-                                  o.count * dataTypeSize(o.dtype));
-        }
-      }
-      need += scheduleScratchBytes(*sched, a, blocked);
+      for (size_t k = 0; k < job->calls.size() && !blocked; ++k)
+        blocked = k != i && receiveOverlapsSend(q.args, job->calls[k].args);
+      need += scheduleScratchBytes(*sched, q.args, blocked);
     }
     return growScratch(need);
   }

@@ -325,14 +325,10 @@ class Executor {
         dev_ = std::make_unique<DeviceOps>(runner->workStream());
       }
     }
-    for (auto& r : runs_) {
-      if (r.args.coll != CollKind::kSendRecv || r.args.isSend || r.args.count == 0) continue;
-      size_t bytes = r.args.count * r.elemSize;
+    for (auto& r : runs_)
       for (const auto& s : runs_)
-        if (&s != &r && s.comm == r.comm && s.args.coll == CollKind::kSendRecv && s.args.isSend &&
-            rangesOverlap(r.args.recvbuff, bytes, s.args.sendbuff, s.args.count * s.elemSize))
+        if (&s != &r && s.comm == r.comm && receiveOverlapsSend(r.args, s.args))
           r.blockers.push_back(&s);
-    }
     // The whole group's buffers on this host and this rank's outputs decide: in a program whose
     // ranks make the same calls every local rank decides alike (a rank that does not only stores
     // differently).
@@ -834,6 +830,13 @@ size_t scheduleScratchBytes(const CompiledSchedule& s, const OpArgs& args, bool 
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return a && b && na && nb && x < y + nb && y < x + na;
+}
+
+bool receiveOverlapsSend(const OpArgs& recv, const OpArgs& send) {
+  return recv.coll == CollKind::kSendRecv && !recv.isSend && send.coll == CollKind::kSendRecv &&
+         send.isSend &&
+         rangesOverlap(recv.recvbuff, recv.count * dataTypeSize(recv.dtype), send.sendbuff,
+                       send.count * dataTypeSize(send.dtype));
 }
 
 Status executeOps(const std::vector<QueuedOp>& ops) {

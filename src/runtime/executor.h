@@ -82,6 +82,10 @@ class ScheduleCache {
 // True when the byte ranges [a, a+na) and [b, b+nb) share a byte (null or empty ranges never do).
 bool rangesOverlap(const void* a, size_t na, const void* b, size_t nb);
 
+// True when recv is a receive and send a send (calls of one group) whose send buffer shares a byte
+// with the receive's buffer: executeOps then receives into a copy, after the send has read.
+bool receiveOverlapsSend(const OpArgs& recv, const OpArgs& send);
+
 // The scratch bytes a call of args on schedule s takes from its communicator's scratch (the device
 // scratch for a call on device memory), as executeOps lays it out: the schedule's scratch and
 // staging, a stand-in for a buffer the call does not pass that the schedule touches, and, where a

@@ -8,7 +8,6 @@
 // stream memory operations) with LOOM_CUDA_LIB naming the emulated device (tests/device/fake_cuda)
 // and two devices. On a real GPU they run as they are (tools/gpu_check.sh), except the cases that
 // need the emulator's controls, which skip saying so.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -46,18 +45,8 @@ const cuda::DriverApi& api() { return cuda::cudaDriver().api; }
                << "): ctest runs these as collectives_device_calls with LOOM_CUDA_LIB naming " \
                   "the emulated device"
 
-// A symbol of the loaded driver library that Loom's table does not hold (cuMemAllocManaged) or
-// of the emulated device's controls; null when it has none.
-void* driverSymbol(const char* name) {
-  void* h = dlopen(cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  return h ? dlsym(h, name) : nullptr;
-}
-long long fakeCount(const char* what) {
-  auto f = reinterpret_cast<long long (*)(const char*)>(driverSymbol("loomtest_fakecuda_count"));
-  return f ? f(what) : -1;
-}
-
 using loomtest::DevBuf;
+using loomtest::driverSymbol;
 
 // A non-blocking stream of `device`, destroyed with this.
 struct Stream {
@@ -350,7 +339,7 @@ TEST(DeviceCalls, DestroyWithACallPendingOnAStreamLetsTheStreamGo) {
   DevBuf a(n * 4), b(n * 4);
   Stream s;
   ASSERT_TRUE(a.ok() && b.ok() && s.s);
-  const long long faultsBefore = fakeCount("faults");
+  const long long faultsBefore = loomtest::fakeCudaCount("faults");
   Gate gate;
   ASSERT_TRUE(gate.close(s.s));
   ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, tr.comm(0), s.s), loomSuccess);
@@ -363,7 +352,8 @@ TEST(DeviceCalls, DestroyWithACallPendingOnAStreamLetsTheStreamGo) {
   gate.open = true;
   EXPECT_EQ(api().cuStreamSynchronize(s.s), 0);
   EXPECT_TRUE(after) << "the work after the call did not run";
-  EXPECT_EQ(fakeCount("faults"), faultsBefore) << "the stream faulted on freed handoff words";
+  EXPECT_EQ(loomtest::fakeCudaCount("faults"), faultsBefore)
+      << "the stream faulted on freed handoff words";
   // A communicator made afterwards frees the words the stream has passed, and works.
   ThreadRanks again(1);
   ASSERT_TRUE(again.ok()) << again.error();
@@ -494,16 +484,18 @@ TEST(DeviceCalls, OnePassAcrossGpusWithPeerAccessAndStagedWhenOff) {
     // during which the other's first device call could allocate nothing (the mapping lock).
     ThreadRanks tr(2, {0, 1 % gpus});
     ASSERT_TRUE(tr.ok()) << tr.error();
-    const long long launches = fakeCount("kernel_launches");
+    const long long launches = loomtest::fakeCudaCount("kernel_launches");
     std::string err = tr.run([&](int rank, loomComm_t comm) {
       return allReduceOnDevice(rank, 2, comm, rank % gpus, n, true);
     });
     EXPECT_EQ(err, "") << "LOOM_DEVICE_P2P=" << p2p;
     if (launches >= 0) {
       if (on) {
-        EXPECT_GE(fakeCount("kernel_launches") - launches, 4) << "the calls were staged";
+        EXPECT_GE(loomtest::fakeCudaCount("kernel_launches") - launches, 4)
+            << "the calls were staged";
       } else {
-        EXPECT_EQ(fakeCount("kernel_launches") - launches, 0) << "LOOM_DEVICE_P2P=0 ran kernels";
+        EXPECT_EQ(loomtest::fakeCudaCount("kernel_launches") - launches, 0)
+            << "LOOM_DEVICE_P2P=0 ran kernels";
       }
     }
     // The same between processes, through IPC handles of another device.
@@ -606,18 +598,18 @@ TEST(DeviceCalls, OnePassAmongThreadsInPlaceAndOutOfPlace) {
   const int nranks = 3;
   ThreadRanks tr(nranks, {0, 0, 0});  // bound at init (see OnePassAcrossGpus...)
   ASSERT_TRUE(tr.ok()) << tr.error();
-  const long long launches = fakeCount("kernel_launches");
-  const long long lazyLoads = fakeCount("lazy_loads");
+  const long long launches = loomtest::fakeCudaCount("kernel_launches");
+  const long long lazyLoads = loomtest::fakeCudaCount("lazy_loads");
   const size_t n = 10007;  // slices of unequal length
   std::string err = tr.run(
       [&](int rank, loomComm_t comm) { return allReduceOnDevice(rank, nranks, comm, 0, n, true); });
   EXPECT_EQ(err, "");
   if (launches >= 0) {
-    EXPECT_GE(fakeCount("kernel_launches") - launches, 2 * nranks)
+    EXPECT_GE(loomtest::fakeCudaCount("kernel_launches") - launches, 2 * nranks)
         << "the one pass launched no reduction kernels: the calls were staged";
     // Loaded when the runner started, not by a first launch while the users' streams waited for
     // the call (which hangs a real driver with lazy loading).
-    EXPECT_EQ(fakeCount("lazy_loads") - lazyLoads, 0);
+    EXPECT_EQ(loomtest::fakeCudaCount("lazy_loads") - lazyLoads, 0);
   }
 }
 
@@ -644,7 +636,8 @@ TEST(DeviceCalls, RanksBoundAtInitAllocateNothingLater) {
       streams.push_back(std::make_unique<Stream>(0));
       ASSERT_TRUE(bufs.back()->ok() && streams.back()->s);
     }
-    const long long pinned = fakeCount("host_allocations"), dev = fakeCount("allocations");
+    const long long pinned = loomtest::fakeCudaCount("host_allocations"),
+                    dev = loomtest::fakeCudaCount("allocations");
     for (size_t n : {size_t(1000), big}) {
       for (int r = 0; r < 2; ++r)
         ASSERT_TRUE(bufs[r]->put(std::vector<float>(n, static_cast<float>(r + 1))));
@@ -663,8 +656,10 @@ TEST(DeviceCalls, RanksBoundAtInitAllocateNothingLater) {
       });
       EXPECT_EQ(err, "") << n << " floats";
       if (pinned >= 0) {  // live counts
-        EXPECT_EQ(fakeCount("host_allocations"), pinned) << n << " floats: staging allocated";
-        EXPECT_EQ(fakeCount("allocations"), dev) << n << " floats: device memory allocated";
+        EXPECT_EQ(loomtest::fakeCudaCount("host_allocations"), pinned)
+            << n << " floats: staging allocated";
+        EXPECT_EQ(loomtest::fakeCudaCount("allocations"), dev)
+            << n << " floats: device memory allocated";
       }
     }
   }
@@ -732,7 +727,7 @@ TEST(DeviceCalls, LargeStagedCallsArePipelinedInChunksAndEveryValueIsRight) {
           << n << " ranks, LOOMTEST_STREAM=" << stream;
     }
     // One AllReduce alone: staged whole it is 2 copies a rank; in 64 KiB chunks, 2 a chunk.
-    const long long copies = fakeCount("copies");
+    const long long copies = loomtest::fakeCudaCount("copies");
     std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
       const size_t count = size_t(1) << 18;
       DevBuf a(count * 4);
@@ -742,7 +737,8 @@ TEST(DeviceCalls, LargeStagedCallsArePipelinedInChunksAndEveryValueIsRight) {
     });
     EXPECT_EQ(err, "");
     if (copies >= 0) {
-      EXPECT_GE(fakeCount("copies") - copies, 2 * 16 * n) << "the call was not pipelined";
+      EXPECT_GE(loomtest::fakeCudaCount("copies") - copies, 2 * 16 * n)
+          << "the call was not pipelined";
     }
   }
 }
@@ -772,7 +768,8 @@ TEST(DeviceCalls, OnePassWritesOutputsByKernelsOrCopyEngines) {
       EXPECT_EQ(everyCollective(tr, n, 10007, 999), "")  // unequal slices
           << n << " ranks, LOOM_DEVICE_ONE_PASS_COPIES=" << way;
       // One AllGather out of place, counted: a launch a rank, or a copy per rank and output.
-      const long long copies = fakeCount("copies"), launches = fakeCount("kernel_launches");
+      const long long copies = loomtest::fakeCudaCount("copies"),
+                      launches = loomtest::fakeCudaCount("kernel_launches");
       if (copies < 0 || std::string(way) == "auto") continue;
       std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
         const size_t count = 4096;
@@ -783,8 +780,9 @@ TEST(DeviceCalls, OnePassWritesOutputsByKernelsOrCopyEngines) {
       });
       EXPECT_EQ(err, "");
       const bool kernels = std::string(way) == "kernels";
-      EXPECT_EQ(fakeCount("copies") - copies, kernels ? 0 : n * n) << way << ", " << n << " ranks";
-      EXPECT_EQ(fakeCount("kernel_launches") - launches, kernels ? n : 0)
+      EXPECT_EQ(loomtest::fakeCudaCount("copies") - copies, kernels ? 0 : n * n)
+          << way << ", " << n << " ranks";
+      EXPECT_EQ(loomtest::fakeCudaCount("kernel_launches") - launches, kernels ? n : 0)
           << way << ", " << n << " ranks";
     }
   }
@@ -972,13 +970,13 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     // GpuDirectScheduleOverInfiniBandAndStagedWhenOff: kernels reduce what the network wrote into
     // device memory (GPUDirect), or none run (staged).
     const bool gdr = getenv("LOOM_DEVICE_GDR") && atoi(getenv("LOOM_DEVICE_GDR")) != 0;
-    const long long launches0 = fakeCount("kernel_launches");
+    const long long launches0 = loomtest::fakeCudaCount("kernel_launches");
     const std::string err = allReduceOnDevice(rank, n, comm, 0, 100003, false);
     if (!err.empty()) {
       fprintf(stderr, "rank %d: %s\n", rank, err.c_str());
       return 1;
     }
-    const long long launches = fakeCount("kernel_launches") - launches0;
+    const long long launches = loomtest::fakeCudaCount("kernel_launches") - launches0;
     fprintf(stderr, "rank %d: LOOM_DEVICE_GDR=%d, kernel_launches +%lld\n", rank, gdr, launches);
     if (gdr ? launches == 0 : launches != 0) return 6;
     if (gdr) {
@@ -1022,7 +1020,8 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
           cuda::cudaDriver().api.cuStreamSynchronize(rs.s) != 0)
         return failedNaming("first allreduce", "");
     }
-    const long long maps0 = fakeCount("ipc_mappings"), launches0 = fakeCount("kernel_launches");
+    const long long maps0 = loomtest::fakeCudaCount("ipc_mappings"),
+                    launches0 = loomtest::fakeCudaCount("kernel_launches");
     // Twice: the first call on new buffers between processes is staged (the runner opens no IPC
     // handle) and the next call's post opens them. Each result is read back at once by a copy to
     // pageable memory on the stream, which holds the driver's mapping lock while the stream waits
@@ -1042,8 +1041,8 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
         }
       }
     }
-    const long long maps = fakeCount("ipc_mappings") - maps0;
-    const long long launches = fakeCount("kernel_launches") - launches0;
+    const long long maps = loomtest::fakeCudaCount("ipc_mappings") - maps0;
+    const long long launches = loomtest::fakeCudaCount("kernel_launches") - launches0;
     fprintf(stderr, "rank %d (device %d): one pass %s: ipc_mappings +%lld, kernel_launches +%lld\n",
             rank, dev, on ? "on" : "off", maps, launches);
     if (on ? (maps < 2 || launches < 2) : (maps != 0 || launches != 0)) return 6;

@@ -49,13 +49,18 @@ struct DevBuf {
   static const loom::cuda::DriverApi& api() { return loom::cuda::cudaDriver().api; }
 };
 
+// A symbol of the loaded driver library that Loom's table does not hold (cuMemAllocManaged) or
+// of the emulated device's controls; null when it has none.
+inline void* driverSymbol(const char* name) {
+  void* lib = ::dlopen(loom::cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  return lib ? ::dlsym(lib, name) : nullptr;
+}
+
 // The emulated CUDA device's counter `what` (loomtest_fakecuda_count, fake_cuda.h), read from the
 // loaded driver library; -1 where that library has no counters (a real driver).
 inline long long fakeCudaCount(const char* what) {
-  void* lib = ::dlopen(loom::cuda::cudaDriver().library.c_str(), RTLD_NOW | RTLD_NOLOAD);
   auto* count =
-      lib ? reinterpret_cast<long long (*)(const char*)>(::dlsym(lib, "loomtest_fakecuda_count"))
-          : nullptr;
+      reinterpret_cast<long long (*)(const char*)>(driverSymbol("loomtest_fakecuda_count"));
   return count ? count(what) : -1;
 }
 

@@ -169,6 +169,28 @@ TEST_F(FakeCudaMemory, DeviceMemoryAttributesAndCopies) {
   EXPECT_CU(kSuccess, a.cuMemGetAddressRange(&start, &size, mid));
   EXPECT_EQ(start, p);
   EXPECT_EQ(size, size_t(3 << 20));
+  // Several at once; a pointer the driver does not know gives zeros, not an error.
+  unsigned long long id = 0, id2 = 0;  // NOLINT: the driver's type
+  EXPECT_CU(kSuccess, a.cuPointerGetAttribute(&id, kPointerAttrBufferId, p));
+  EXPECT_NE(id, 0u);
+  constexpr int kHostPointer = 4;  // CU_POINTER_ATTRIBUTE_HOST_POINTER
+  int attrs[] = {kPointerAttrMemoryType, kPointerAttrDeviceOrdinal, kPointerAttrBufferId,
+                 kHostPointer};
+  void* host = &type;
+  type = 0;
+  ordinal = -1;
+  void* data[] = {&type, &ordinal, &id2, &host};
+  EXPECT_CU(kSuccess, a.cuPointerGetAttributes(4, attrs, data, mid));
+  EXPECT_EQ(type, kMemoryTypeDevice);
+  EXPECT_EQ(ordinal, 0);
+  EXPECT_EQ(id2, id);
+  EXPECT_EQ(host, nullptr);  // device memory has no host pointer: zero
+  std::vector<char> unknown(64);
+  type = 7;
+  EXPECT_CU(kSuccess, a.cuPointerGetAttributes(4, attrs, data, dev(unknown.data())));
+  EXPECT_EQ(type, 0u);
+  EXPECT_EQ(id2, 0u);
+  EXPECT_CU(kErrorInvalidValue, a.cuPointerGetAttributes(0, attrs, data, mid));
 
   // Host -> device -> device -> host, at offsets, on the NULL stream.
   std::vector<unsigned char> in(100000), out(100000, 0);

@@ -87,7 +87,7 @@ struct GpuReg {
   uintptr_t begin = 0, end = 0;
   uint64_t bufferId = 0;
   void* mh = nullptr;
-  int refs = 0;          // requests in flight on it
+  int users = 0;         // requests in flight on it
   uint64_t lastUse = 0;  // the comm's use count when its last request ended
 };
 
@@ -105,6 +105,39 @@ struct GpuExport {
   int users = 0;  // holds, and registrations being made with it
   uint64_t lastUse = 0;
 };
+
+// Of a cache of kept registrations or exports (GpuReg, GpuExport): removes the entries no one uses
+// that drop picks, release(entry) first.
+template <class T, class Drop, class Release>
+void dropIdle(std::vector<std::unique_ptr<T>>& kept, Drop drop, Release release) {
+  for (size_t i = 0; i < kept.size();) {
+    if (kept[i]->users != 0 || !drop(*kept[i])) {
+      ++i;
+      continue;
+    }
+    release(*kept[i]);
+    kept[i] = std::move(kept.back());
+    kept.pop_back();
+  }
+}
+
+// Room for one more idle entry in kept: the least recently used idle ones beyond
+// kPluginIdleGpuRegistrations go.
+template <class T, class Release>
+void makeIdleRoom(std::vector<std::unique_ptr<T>>& kept, Release release) {
+  for (;;) {
+    size_t idle = 0;
+    const T* oldest = nullptr;
+    for (auto& e : kept) {
+      if (e->users != 0) continue;
+      ++idle;
+      if (oldest == nullptr || e->lastUse < oldest->lastUse) oldest = e.get();
+    }
+    if (idle < kPluginIdleGpuRegistrations) return;
+    dropIdle(
+        kept, [oldest](const T& e) { return &e == oldest; }, release);
+  }
+}
 
 // A listen, send or recv comm: the plugin's comm plus what the adaptor needs to check and clean
 // up (the device's limits, the requests in flight, their automatic registrations and the GPU
@@ -519,9 +552,11 @@ class PluginTransport final : public net::Transport {
   Status autoRegister(Request* r, void** data, size_t size, void** mh) {
     if (*mh != nullptr) return Status();
     if (size == 0) *data = &gZeroByte;
-    if (size && device::cudaUsable() && device::classify(*data).kind == MemKind::kCudaDevice) {
-      LOOM_ASSIGN(GpuReg * g, gpuRegistration(r->comm, *data, size));
-      ++g->refs;
+    const device::PointerInfo info =
+        size && device::cudaUsable() ? device::classify(*data) : device::PointerInfo{};
+    if (info.kind == MemKind::kCudaDevice) {
+      LOOM_ASSIGN(GpuReg * g, gpuRegistration(r->comm, *data, size, info.bufferId));
+      ++g->users;
       r->gpu[r->nGpu++] = g;
       *mh = g->mh;
       return Status();
@@ -563,7 +598,7 @@ class PluginTransport final : public net::Transport {
       const auto now = std::chrono::steady_clock::now();
       if (now - lastSweep_ >= std::chrono::seconds(1)) {  // freed allocations' exports go
         lastSweep_ = now;
-        dropIdleExports(freed);
+        dropIdle(exports_, freed, closeExport);
       }
       if (GpuExport* e = find()) return e;
     }
@@ -577,59 +612,38 @@ class PluginTransport final : public net::Transport {
       ::close(made->fd);
       return e;
     }
-    dropIdleExports(freed);
-    for (;;) {  // room for one more idle export: the least recently used idle ones go
-      size_t idle = 0;
-      const GpuExport* oldest = nullptr;
-      for (auto& e : exports_) {
-        if (e->users != 0) continue;
-        ++idle;
-        if (oldest == nullptr || e->lastUse < oldest->lastUse) oldest = e.get();
-      }
-      if (idle < kPluginIdleGpuRegistrations) break;
-      dropIdleExports([oldest](const GpuExport& e) { return &e == oldest; });
-    }
+    dropIdle(exports_, freed, closeExport);
+    makeIdleRoom(exports_, closeExport);
     exports_.push_back(std::move(made));
     return exports_.back().get();
   }
 
-  // Closes the unused exports `drop` picks; exportMu_ held.
-  template <class Pred>
-  void dropIdleExports(Pred drop) {
-    for (size_t i = 0; i < exports_.size();) {
-      if (exports_[i]->users != 0 || !drop(*exports_[i])) {
-        ++i;
-        continue;
-      }
-      ::close(exports_[i]->fd);
-      exports_[i] = std::move(exports_.back());
-      exports_.pop_back();
-    }
+  static void closeExport(const GpuExport& e) { ::close(e.fd); }
+
+  // Deregisters a GpuReg of c.
+  auto deregisterer(Comm* c) {
+    return [this, c](const GpuReg& g) {
+      Status st = call("deregMr", abi_->deregMr(c->plugin, g.mh));
+      if (!st.isOk()) LOOM_WARN("{}", st.message());
+    };
   }
 
   // c's registration of the CUDA allocation holding [data, data + size), made on its first use:
   // the whole allocation, through a dma-buf where the plugin takes one (dmabufPath: the export
-  // holdMemory made, else one made here), else with regMr as NCCL_PTR_CUDA.
-  Result<GpuReg*> gpuRegistration(Comm* c, void* data, size_t size) {
+  // holdMemory made, else one made here), else with regMr as NCCL_PTR_CUDA. id: the allocation's
+  // buffer id (classify).
+  Result<GpuReg*> gpuRegistration(Comm* c, void* data, size_t size, uint64_t id) {
     const auto p = reinterpret_cast<uintptr_t>(data);
-    const uint64_t id = device::bufferId(data);
     for (auto& g : c->gpuRegs)
       if (g->begin <= p && p + size <= g->end && g->bufferId == id && id != 0) return g.get();
-    dropIdleGpu(c, [](const GpuReg& g) {
-      return device::bufferId(reinterpret_cast<const void*>(g.begin)) != g.bufferId;
-    });
-    // Room for one more idle registration: the least recently used idle ones beyond the cap go.
-    for (;;) {
-      size_t idle = 0;
-      const GpuReg* oldest = nullptr;
-      for (auto& g : c->gpuRegs) {
-        if (g->refs != 0) continue;
-        ++idle;
-        if (oldest == nullptr || g->lastUse < oldest->lastUse) oldest = g.get();
-      }
-      if (idle < kPluginIdleGpuRegistrations) break;
-      dropIdleGpu(c, [oldest](const GpuReg& g) { return &g == oldest; });
-    }
+    auto dereg = deregisterer(c);
+    dropIdle(
+        c->gpuRegs,
+        [](const GpuReg& g) {
+          return device::bufferId(reinterpret_cast<const void*>(g.begin)) != g.bufferId;
+        },
+        dereg);
+    makeIdleRoom(c->gpuRegs, dereg);
     auto g = std::make_unique<GpuReg>();
     g->bufferId = id;
     const bool dmabuf = dmabufPath(c->dev);
@@ -661,21 +675,6 @@ class PluginTransport final : public net::Transport {
     return c->gpuRegs.back().get();
   }
 
-  template <class Pred>
-  void dropIdleGpu(Comm* c, Pred drop) {
-    for (size_t i = 0; i < c->gpuRegs.size();) {
-      const GpuReg& g = *c->gpuRegs[i];
-      if (g.refs != 0 || !drop(g)) {
-        ++i;
-        continue;
-      }
-      Status st = call("deregMr", abi_->deregMr(c->plugin, g.mh));
-      if (!st.isOk()) LOOM_WARN("{}", st.message());
-      c->gpuRegs[i] = std::move(c->gpuRegs.back());
-      c->gpuRegs.pop_back();
-    }
-  }
-
   void releaseRegistrations(Request* r) {
     for (int i = 0; i < r->nAuto; ++i) {
       Status st = call("deregMr", abi_->deregMr(r->comm->plugin, r->autoMh[i]));
@@ -683,7 +682,7 @@ class PluginTransport final : public net::Transport {
     }
     r->nAuto = 0;
     for (int i = 0; i < r->nGpu; ++i) {
-      --r->gpu[i]->refs;
+      --r->gpu[i]->users;
       r->gpu[i]->lastUse = ++r->comm->uses;
     }
     r->nGpu = 0;
@@ -705,7 +704,8 @@ class PluginTransport final : public net::Transport {
   Status closeData(Comm* c, const char* what) {
     std::unique_ptr<Comm> owned(c);
     for (Request* r : c->inflight) releaseRegistrations(r);
-    dropIdleGpu(c, [](const GpuReg&) { return true; });
+    dropIdle(
+        c->gpuRegs, [](const GpuReg&) { return true; }, deregisterer(c));
     return call(what, c->kind == Comm::Kind::kSend ? abi_->closeSend(c->plugin)
                                                    : abi_->closeRecv(c->plugin));
   }

@@ -220,4 +220,21 @@ CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
   });
 }
 
+// As the driver: each attribute as cuPointerGetAttribute answers it, and zero (of the attribute's
+// size) where that has no answer, a pointer the driver does not know included.
+CUresult cuPointerGetAttributes(unsigned count, int* attributes, void** data, CUdeviceptr ptr) {
+  FAKECUDA_ENTRY();
+  if (count == 0 || attributes == nullptr || data == nullptr) return kErrorInvalidValue;
+  for (unsigned i = 0; i < count; ++i) {
+    if (data[i] == nullptr) return kErrorInvalidValue;
+    const int a = attributes[i];
+    const bool narrow = a == kPointerAttrMemoryType || a == kPointerAttrIsManaged ||
+                        a == kPointerAttrDeviceOrdinal || a == kPointerAttrIsLegacyIpcCapable ||
+                        a == kPointerAttrMapped;
+    if (cuPointerGetAttribute(data[i], a, ptr) != kSuccess)
+      std::memset(data[i], 0, narrow ? sizeof(unsigned) : sizeof(unsigned long long));  // NOLINT
+  }
+  return kSuccess;
+}
+
 }  // extern "C"

@@ -39,7 +39,8 @@
 //   Each allocation holds one fd (mind RLIMIT_NOFILE in tests with thousands of buffers).
 // - Host memory: cuMemHostAlloc and cuMemHostRegister memory is host memory whose device pointer is
 //   its own address (unified addressing). cuPointerGetAttribute answers for device, host-allocated
-//   and registered memory, and is CUDA_ERROR_INVALID_VALUE for any other pointer.
+//   and registered memory, and is CUDA_ERROR_INVALID_VALUE for any other pointer;
+//   cuPointerGetAttributes gives zeros there (memory type 0), as the driver does.
 // - Managed memory (cuMemAllocManaged, freed by cuMemFree): host memory the host may read, that
 //   pointer queries call managed device memory (MEMORY_TYPE device, IS_MANAGED 1) of the current
 //   context's device. Streams do not migrate it; Loom refuses it.
