@@ -272,7 +272,17 @@ def main():
                     why = "timeout" if rc in (124, 137) else f"exit {rc}"
                     failures.append(f"{impl} {coll} np={n} sizes {human(lo)}..{human(hi)} "
                                     f"({why}): {logf}")
-                data.setdefault((coll, n), {}).setdefault(impl, {}).update(rows)
+                # Rounds (run_peers.sh -N): each size's best time; a wrong value in any round
+                # stays counted.
+                have = data.setdefault((coll, n), {}).setdefault(impl, {})
+                for s, r in rows.items():
+                    old = have.get(s)
+                    if old is None:
+                        have[s] = r
+                        continue
+                    best = dict(r if r["time_us"] < old["time_us"] else old)
+                    best["wrong"] = old["wrong"] + r["wrong"]
+                    have[s] = best
                 ex = expect.setdefault((coll, n), {}).setdefault(impl, {})
                 for req in geometric(lo, hi, fac):
                     s = row_size(coll, n, req)
@@ -598,7 +608,9 @@ def main():
         f"load average before: {meta.get('load_before', '?')}; after: "
         f"{meta.get('load_after', '?')}; elapsed {meta.get('elapsed_s', '?')} s",
         "libraries: " + "; ".join(libs),
-        f"sizes {meta.get('sizes', '?')}; {meta.get('schedule', '?')}",
+        f"sizes {meta.get('sizes', '?')}; {meta.get('schedule', '?')}"
+        + (f"; each implementation's best of {meta['rounds']} rounds (taking turns) per size"
+           if meta.get("rounds", "1") != "1" else ""),
         "; ".join(DESC[i] for i in impls),
     ]
     if skipped:

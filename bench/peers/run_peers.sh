@@ -6,7 +6,7 @@
 #
 #   bench/peers/run_peers.sh [-p "loom ompi-shm ompi-tcp mpich gloo"] [-r "2 4"]
 #                            [-c "all_reduce all_gather ..."] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
-#                            [-L 4M] [-m 5] [-W 2] [-M "sweep alone"] [-t 300]
+#                            [-L 4M] [-m 5] [-W 2] [-M "sweep alone"] [-N 1] [-t 300]
 #                            [-o /tmp/loom-peers.md] [-B dir] [-k] [-I]
 #
 # Environment: LOOM_PERF=/path/to/loom-perf (else it is built in <repo>/build-peers);
@@ -32,6 +32,7 @@ LARGE=4M        # above this size: fewer iterations (ITERS * LARGE / size, at le
 MIN_ITERS=5
 LARGE_WARMUP=2
 MODES="sweep alone"  # sweep: one call from -b to -e (nccl-tests' way); alone: large sizes apart
+ROUNDS=1        # each benchmark invocation this many times, the implementations taking turns
 RUN_TIMEOUT=300 # seconds, each benchmark invocation
 OUT=/tmp/loom-peers.md
 BUILD_DIR=""
@@ -57,6 +58,9 @@ Options:
               at the next offset: large sizes are cache-cold); alone = each size above -L in a
               call of its own (-L, -m, -W), cache-warm where it fits. One report per mode
               (<out>.<mode>.md when both run)
+  -N ROUNDS   run every benchmark ROUNDS times, the implementations taking turns in each round,
+              and keep each implementation's best time per size (default $ROUNDS): on a shared
+              host a burst of other work then lands on one round, not on one implementation
   -t SECS     timeout of each benchmark process (default $RUN_TIMEOUT)
   -o FILE     Markdown report (a .csv is written next to it; default $OUT)
   -B DIR      build directory for the helper programs (default: a temporary directory)
@@ -66,7 +70,7 @@ Options:
 EOF
 }
 
-while getopts "p:r:c:b:e:f:n:w:L:m:W:M:t:o:B:kIh" opt; do
+while getopts "p:r:c:b:e:f:n:w:L:m:W:M:N:t:o:B:kIh" opt; do
   case "$opt" in
     p) PEERS="$OPTARG" ;;
     r) RANKS="$OPTARG" ;;
@@ -80,6 +84,7 @@ while getopts "p:r:c:b:e:f:n:w:L:m:W:M:t:o:B:kIh" opt; do
     m) MIN_ITERS="$OPTARG" ;;
     W) LARGE_WARMUP="$OPTARG" ;;
     M) MODES="$OPTARG" ;;
+    N) ROUNDS="$OPTARG" ;;
     t) RUN_TIMEOUT="$OPTARG" ;;
     o) OUT="$OPTARG" ;;
     B) BUILD_DIR="$OPTARG" ;;
@@ -358,6 +363,7 @@ META="$WORK/meta.txt"
   echo "colls=$CANON_COLLS"
   echo "sizes=$MINB..$MAXB x$FACTOR"
   echo "schedule=$ITERS iters, $WARMUP warm-up; above $LARGE: max($MIN_ITERS, $ITERS*$LARGE/size) iters, $LARGE_WARMUP warm-up"
+  echo "rounds=$ROUNDS"
 } >"$META"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -464,8 +470,10 @@ for np in $RANKS; do
       read -r lo hi f it wu <<<"$g"
       tag="${MODE}_${coll}_np${np}_${lo}-${hi}"
       args=(-b "$lo" -e "$hi" -f "$f" -n "$it" -w "$wu")
+      for ((round = 1; round <= ROUNDS; round++)); do
       for p in "${ACTIVE[@]}"; do
         logf="$RAW/${p}_$tag.log"
+        ((ROUNDS == 1)) || logf="$RAW/${p}_${tag}_r$round.log"
         case "$p" in
           loom)
             bench_run loom "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
@@ -489,6 +497,7 @@ for np in $RANKS; do
             bench_run gloo "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
               "$BUILD_DIR/gloo_coll_bench" -np "$np" -c "$coll" "${args[@]}" -T "$RUN_TIMEOUT" ;;
         esac
+      done
       done
     done
   done
