@@ -135,12 +135,13 @@ canon_peer() {
 MINB_B=$(to_bytes "$MINB")
 MAXB_B=$(to_bytes "$MAXB")
 LARGE_B=$(to_bytes "$LARGE")
-for v in "$FACTOR" "$ITERS" "$WARMUP" "$MIN_ITERS" "$LARGE_WARMUP" "$RUN_TIMEOUT"; do
+for v in "$FACTOR" "$ITERS" "$WARMUP" "$MIN_ITERS" "$LARGE_WARMUP" "$RUN_TIMEOUT" "$ROUNDS"; do
   [[ "$v" =~ ^[0-9]+$ ]] || die "'$v' is not a non-negative integer"
 done
 ((FACTOR >= 2)) || die "-f must be at least 2"
 ((ITERS >= 1 && MIN_ITERS >= 1)) || die "-n and -m must be at least 1"
 ((RUN_TIMEOUT >= 1)) || die "-t must be at least 1"
+((ROUNDS >= 1)) || die "-N must be at least 1"
 ((MINB_B >= 1 && MINB_B <= MAXB_B)) || die "need 1 <= min size <= max size"
 for m in $MODES; do
   [[ "$m" == sweep || "$m" == alone ]] || die "unknown mode '$m' (-M: sweep, alone)"
@@ -476,33 +477,33 @@ for np in $RANKS; do
       tag="${MODE}_${coll}_np${np}_${lo}-${hi}"
       args=(-b "$lo" -e "$hi" -f "$f" -n "$it" -w "$wu")
       for ((round = 1; round <= ROUNDS; round++)); do
-      for p in "${ACTIVE[@]}"; do
-        logf="$RAW/${p}_$tag.log"
-        ((ROUNDS == 1)) || logf="$RAW/${p}_${tag}_r$round.log"
-        case "$p" in
-          loom)
-            bench_run loom "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 ;;
-          loom-mem)
-            bench_run loom-mem "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 -R 1 ;;
-          ompi-shm)
-            bench_run ompi-shm "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$OMPI_MPIRUN" "${MPI_COMMON[@]}" -np "$np" "${MPI_SHM_ARGS[@]}" "${MPI_EXTRA[@]}" \
-              "$BUILD_DIR/mpi_coll_bench.ompi" -c "$coll" "${args[@]}" ;;
-          ompi-tcp)
-            bench_run ompi-tcp "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$OMPI_MPIRUN" "${MPI_COMMON[@]}" -np "$np" "${MPI_TCP_ARGS[@]}" "${MPI_EXTRA[@]}" \
-              "$BUILD_DIR/mpi_coll_bench.ompi" -c "$coll" "${args[@]}" ;;
-          mpich)
-            bench_run mpich "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$MPICH_MPIRUN" -np "$np" "${MPICH_ARGS[@]}" "${MPICH_EXTRA[@]}" \
-              "$BUILD_DIR/mpi_coll_bench.mpich" -c "$coll" "${args[@]}" ;;
-          gloo)
-            bench_run gloo "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
-              "$BUILD_DIR/gloo_coll_bench" -np "$np" -c "$coll" "${args[@]}" -T "$RUN_TIMEOUT" ;;
-        esac
-      done
+        for p in "${ACTIVE[@]}"; do
+          logf="$RAW/${p}_$tag.log"
+          ((ROUNDS == 1)) || logf="$RAW/${p}_${tag}_r$round.log"
+          case "$p" in
+            loom)
+              bench_run loom "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 ;;
+            loom-mem)
+              bench_run loom-mem "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$LOOM_PERF" "$coll" -np "$np" "${args[@]}" -c 1 -R 1 ;;
+            ompi-shm)
+              bench_run ompi-shm "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$OMPI_MPIRUN" "${MPI_COMMON[@]}" -np "$np" "${MPI_SHM_ARGS[@]}" "${MPI_EXTRA[@]}" \
+                "$BUILD_DIR/mpi_coll_bench.ompi" -c "$coll" "${args[@]}" ;;
+            ompi-tcp)
+              bench_run ompi-tcp "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$OMPI_MPIRUN" "${MPI_COMMON[@]}" -np "$np" "${MPI_TCP_ARGS[@]}" "${MPI_EXTRA[@]}" \
+                "$BUILD_DIR/mpi_coll_bench.ompi" -c "$coll" "${args[@]}" ;;
+            mpich)
+              bench_run mpich "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$MPICH_MPIRUN" -np "$np" "${MPICH_ARGS[@]}" "${MPICH_EXTRA[@]}" \
+                "$BUILD_DIR/mpi_coll_bench.mpich" -c "$coll" "${args[@]}" ;;
+            gloo)
+              bench_run gloo "$coll" "$np" "$lo" "$hi" "$f" "$it" "$wu" "$logf" \
+                "$BUILD_DIR/gloo_coll_bench" -np "$np" -c "$coll" "${args[@]}" -T "$RUN_TIMEOUT" ;;
+          esac
+        done
       done
     done
   done
