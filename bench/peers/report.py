@@ -127,15 +127,28 @@ def parse_result_lines(path):
     return rows, unsupported
 
 
-def read_memcpy(path):
-    """The key=value fields of memcpy_bw's MEMCPY line ({} without one)."""
+def read_memcpy(path, key="best_gbs"):
+    """The key=value fields of memcpy_bw's MEMCPY line ({} without one); of several (the bound
+    measured again in every round), the one of the highest `key`, with `measurements` added."""
     if not path or not os.path.exists(path):
         return {}
+    lines = []
     with open(path, errors="replace") as f:
         for line in f:
             if line.startswith("MEMCPY"):
-                return dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-    return {}
+                lines.append(dict(t.split("=", 1) for t in line.split()[1:] if "=" in t))
+    if not lines:
+        return {}
+    best = max(lines, key=lambda d: number(d.get(key)) or 0.0)
+    best["measurements"] = str(len(lines))
+    return best
+
+
+def bound_note(membound):
+    """How the memory bound was measured: once, or the best of several (one per round)."""
+    k = int(membound.get("measurements", "1"))
+    return "measured once" if k == 1 else (f"the best of {k} measurements, one before the runs "
+                                           "and one in every round of every invocation")
 
 
 def number(text):
@@ -246,7 +259,7 @@ def main():
                     meta[k] = v
     memcpy = read_memcpy(args.memcpy)
     memcpy_gbs = number(memcpy.get("best_gbs"))
-    membound = read_memcpy(args.membound)
+    membound = read_memcpy(args.membound, "traffic_gbs")
     traffic_gbs = number(membound.get("traffic_gbs"))
 
     # data[(coll, n)][impl][size] = row; expect[(coll, n)][impl][size] = (rc, unsupported, log)
@@ -592,7 +605,8 @@ def main():
         f"kernel {meta.get('kernel', '?')}; {meta.get('date', '?')}",
         f"single-core memcpy (64 MiB, best of {memcpy.get('reps', '?')}): {mc} GB/s "
         f"(mean {memcpy.get('mean_gbs', '?')})",
-        (f"memory bound: {membound.get('threads', '?')} cores copying at once move "
+        (f"memory bound ({bound_note(membound)}): {membound.get('threads', '?')} cores "
+         f"copying at once move "
          f"{traffic_gbs:.2f} GB/s (reads plus writes; the better of memcpy, "
          f"{membound.get('memcpy_gbs', '?')} GB/s copied, and non-temporal stores, "
          f"{membound.get('stream_gbs', '?')}); a collective's bound is that over the "

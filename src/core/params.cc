@@ -184,8 +184,12 @@ const Param kShmResultTiles{
     "shared segment instead: each rank stores its slice's result into its own output and a shared "
     "tile, and each peer copies the tile into its output (no write into another process's cold "
     "memory). 1: where the host's ranks do not outnumber its cores (the ranks wait for each other "
-    "tile by tile); 2: also where they do; 0: process_vm_writev. The ranks agree: any rank's 0 "
-    "(or 1 with too few cores) makes them all use process_vm_writev",
+    "tile by tile), and then by measurement: each rank times both ways on its calls and takes the "
+    "faster of their recent rates, trying the other again after 16 calls (the tiles) or 64 "
+    "(process_vm_writev), since the tiles are fast only where the ranks' cores share a cache; "
+    "2: always, also where the ranks outnumber the cores; 0: process_vm_writev. The ranks agree: "
+    "any rank's 0 (or 1 with too few cores, or measuring process_vm_writev faster) makes them all "
+    "use process_vm_writev",
     0,
     2};
 const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",

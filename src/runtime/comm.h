@@ -28,6 +28,7 @@
 #include "src/runtime/dispatch.h"
 #include "src/runtime/failure.h"
 #include "src/runtime/registrations.h"
+#include "src/runtime/tile_choice.h"
 #include "topology/discover.h"
 #include "topology/system.h"
 #include "transports/net.h"
@@ -128,6 +129,9 @@ class Comm {
   bool sharesProcess() const;
   // Sequence number of the next low-latency operation (the same on every rank).
   uint64_t nextLlSeq() { return ++llSeq_; }
+  // The one pass's measured choice of how cold results reach the peers (src/runtime/tile_choice.h),
+  // one for its AllReduces and one for its Broadcasts (their rates differ).
+  ResultTileChoice& resultTileChoice(bool broadcast) { return resultTiles_[broadcast ? 1 : 0]; }
   // The memory handle transport t wants for [p, p + n) on connection conn: a registered buffer's
   // (Registrations::memHandle) where t registers memory, else nullptr.
   void* memHandle(net::Transport* t, void* conn, const void* p, size_t n) {
@@ -267,6 +271,7 @@ class Comm {
   bool onePassReach_ = false;  // shm_->rings().everyPairCanReach(), fixed once the probes ran
   bool oneProcess_ = false;    // shm_->rings().allOneProcess()
   int onePassSkip_ = 0, onePassBackoff_ = 0;
+  ResultTileChoice resultTiles_[2];
 
   std::unique_ptr<DeviceRunner> runner_;
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -479,11 +480,17 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
       streamingStoresFor((mine.inBytes + mine.outBytes) * static_cast<size_t>(n), n, &myOut, 1);
   // Results through the shared tiles, if every rank says it may (decided after round 1): where
   // its outputs are cold. Warm, process_vm_writev stores into cached lines, and the tiles' extra
-  // copy between the cores costs more than it saves.
+  // copy between the cores costs more than it saves. With 1 (where the ranks do not outnumber the
+  // cores), each rank votes for whichever way it measured faster over its recent calls
+  // (tile_choice.h).
   const int64_t tilesParam = params::kShmResultTiles.asInt();
-  const bool tilesWanted =
+  const bool tilesOpen =
       (op.coll == CollKind::kAllReduce || op.coll == CollKind::kBroadcast) && streaming &&
       (tilesParam == 2 || (tilesParam == 1 && !g->area().options().yieldWhenIdle));
+  const bool measured = tilesOpen && tilesParam == 1;
+  ResultTileChoice& choice = comm->resultTileChoice(op.coll == CollKind::kBroadcast);
+  uint64_t seq = comm->nextLlSeq();
+  const bool tilesWanted = tilesOpen && (!measured || choice.vote());
   if (tilesWanted) {
     rec.flags |= kTilesOk;
     ResultTiles::reset(g->area(), n);
@@ -495,7 +502,6 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
     comm->fail(st);
     return st;
   };
-  uint64_t seq = comm->nextLlSeq();
   Status st = ll.round(seq, &rec, sizeof(rec), roundSignature(op, 1), callNote(op), comm->spinNs(),
                        comm->timeoutMs());
   if (!st.isOk()) return failed(st);
@@ -565,11 +571,12 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
   }
   // Results through the shared tiles where every rank would, and every rank reaches every peer's
   // output only through process_vm_writev (the same answer on every rank, from the records).
-  bool useTiles = tilesWanted && n > 1;
-  for (int r = 0; r < n && useTiles; ++r) {
-    useTiles = (recs[r].flags & kTilesOk) != 0;
-    for (int o = 0; o < n && useTiles; ++o) useTiles = r == o || cma(r, o, recs[o].outSerial);
-  }
+  bool cmaOuts = n > 1;  // every rank reaches every peer's output only by process_vm_writev
+  for (int r = 0; r < n && cmaOuts; ++r)
+    for (int o = 0; o < n && cmaOuts; ++o) cmaOuts = r == o || cma(r, o, recs[o].outSerial);
+  bool useTiles = tilesWanted && cmaOuts;
+  for (int r = 0; r < n && useTiles; ++r) useTiles = (recs[r].flags & kTilesOk) != 0;
+  const auto passStart = std::chrono::steady_clock::now();
   st = useTiles ? tiledPass(op, me, n, ins, outs, comm, g->area())
                 : onePass(op, me, n, ins, outs, anyCma ? kCmaTileBytes : kTileBytes, streaming);
   if (!st.isOk()) return failed(st);
@@ -581,6 +588,23 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
                 comm->timeoutMs());
   if (!st.isOk()) return failed(st);
   *ran = true;
+  // Timed to the end of the second round: the tiles' pass waits for the peers' last tiles, the
+  // other way's for nothing until that round.
+  if (measured && cmaOuts) {
+    const bool first = choice.rate(useTiles) <= 0;
+    choice.record(
+        useTiles, op.count * dataTypeSize(op.dtype),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - passStart).count());
+    static std::once_flag bothMeasured[2];  // AllReduce, Broadcast
+    if (first && choice.rate(true) > 0 && choice.rate(false) > 0)
+      std::call_once(bothMeasured[op.coll == CollKind::kBroadcast], [&] {
+        LOOM_INFO(kSubShm,
+                  "{} results passed to the peers measured at {:.2f} GB/s through the shared "
+                  "tiles and {:.2f} GB/s with process_vm_writev; each call takes the faster of "
+                  "their recent rates (LOOM_SHM_RESULT_TILES=1)",
+                  collName(op.coll), choice.rate(true) / 1e9, choice.rate(false) / 1e9);
+      });
+  }
   // Once per collective and way the one pass reached the buffers.
   static std::once_flag logged[7][4];
   const int how = useTiles ? 0 : anyCma ? 1 : anyMapped ? 2 : 3;

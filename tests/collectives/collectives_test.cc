@@ -804,6 +804,33 @@ TEST(Shm, ResultTilesOnlyWhereEveryRankAgrees) {
   }
 }
 
+// By default (LOOM_SHM_RESULT_TILES=1) each rank measures both ways of passing cold results, the
+// tiles first, then process_vm_writev (src/runtime/tile_choice.h), and every case still checks out
+// whichever way each call took. Needs a core per rank: where the ranks outnumber the cores the
+// default takes no tiles at all.
+TEST(Shm, MeasuredChoiceTakesBothWaysOfPassingResults) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < 2)
+    GTEST_SKIP() << "needs 2 usable cores for 2 ranks (this process may use " << CPU_COUNT(&cpus)
+                 << "): with fewer the default passes no result tiles";
+  WorkerResult res = runWorkers(2, "tiles",
+                                {{"LOOM_SHM_RESULT_TILES", "1"},
+                                 {"LOOM_NT_MIN", "1"},
+                                 {"LOOM_DEBUG", "INFO"},
+                                 {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
+    const std::string& said = res.output[r];
+    EXPECT_NE(said.find("ran 120 cases"), std::string::npos) << said;
+    for (const char* coll : {"AllReduce", "Broadcast"}) {
+      const std::string measured = std::string(coll) + " results passed to the peers measured at ";
+      EXPECT_NE(said.find(measured), std::string::npos)
+          << "rank " << r << " never measured both ways for " << coll << ": " << said;
+    }
+  }
+}
+
 // A rank killed while its peers wait for its result tiles (or it for theirs).
 TEST(Failure, KilledRankOnTheResultTilesIsNamed) {
   WorkerResult res = runWorkers(
