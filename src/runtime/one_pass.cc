@@ -357,15 +357,27 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
   char* stageB = stageA + tileBytes;
   const size_t tileElems = tileBytes / es;
   // acc = in_0 (op) in_1 (op) ... at element offset off, len elements (rank order: every rank
-  // and every run gets the same bits).
-  auto reduceInto = [&](char* acc, size_t off, size_t len) -> Status {
+  // and every run gets the same bits). With `out` (this rank's own output, streaming: it then
+  // needs no copy from acc), the last step stores the result there too (kTwice) or only there
+  // (kOut; acc then holds no result).
+  enum class Last { kAcc, kTwice, kOut };
+  auto reduceInto = [&](char* acc, size_t off, size_t len, Last last = Last::kAcc,
+                        char* out = nullptr) -> Status {
     size_t b = off * es, bytes = len * es;
+    auto step = [&](const char* a, const char* x, bool final) {
+      if (final && last == Last::kTwice)
+        reduceBuffersTwice(out, acc, a, x, len, op.dtype, rop, true);
+      else if (final && last == Last::kOut)
+        reduceBuffersStreaming(out, a, x, len, op.dtype, rop);
+      else
+        reduceBuffers(acc, a, x, len, op.dtype, rop);
+    };
     LOOM_ASSIGN(const char* a, readFrom(ins[0], b, bytes, stageA));
     LOOM_ASSIGN(const char* x, readFrom(ins[1], b, bytes, stageB));
-    reduceBuffers(acc, a, x, len, op.dtype, rop);
+    step(a, x, n == 2);
     for (int r = 2; r < n; ++r) {
       LOOM_ASSIGN(x, readFrom(ins[r], b, bytes, stageA));
-      reduceBuffers(acc, acc, x, len, op.dtype, rop);
+      step(acc, x, r == n - 1);
     }
     if (op.op == loomAvg) finishAverage(acc, len, op.dtype, n);
     return Status();
@@ -384,26 +396,35 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
     case CollKind::kAllReduce:
     case CollKind::kReduce: {
       const bool ownOut = op.coll == CollKind::kAllReduce || me == op.root;
+      // Streaming, the last step stores into this rank's output as it fills the tile (not for an
+      // average, whose division comes after the sum).
+      const bool fused = ownOut && !accInOut && streaming && op.op != loomAvg;
       for (size_t o = 0; o < blk.count; o += tileElems) {
         size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
         char* acc = ownOut && accInOut ? outs[me].ptr + b : tile;
-        LOOM_TRY(reduceInto(acc, blk.offset + o, len));
+        LOOM_TRY(reduceInto(acc, blk.offset + o, len, fused ? Last::kTwice : Last::kAcc,
+                            outs[me].ptr + b));
         for (int r = 0; r < n; ++r) {
           if (op.coll == CollKind::kReduce && r != op.root) continue;
+          if (fused && r == me) continue;
           LOOM_TRY(writeOut(outs[r], b, acc, len * es));
         }
       }
       return Status();
     }
-    case CollKind::kReduceScatter:
+    case CollKind::kReduceScatter: {
       // Rank me's output is block me of the reduction of everyone's input (count elements each).
+      // Streaming, the last step stores straight into the output (not for an average).
+      const bool direct = !accInOut && streaming && op.op != loomAvg;
       for (size_t o = 0; o < c; o += tileElems) {
         size_t len = std::min(tileElems, c - o);
         char* acc = accInOut ? outs[me].ptr + o * es : tile;
-        LOOM_TRY(reduceInto(acc, static_cast<size_t>(me) * c + o, len));
-        LOOM_TRY(writeOut(outs[me], o * es, acc, len * es));
+        LOOM_TRY(reduceInto(acc, static_cast<size_t>(me) * c + o, len,
+                            direct ? Last::kOut : Last::kAcc, outs[me].ptr + o * es));
+        if (!direct) LOOM_TRY(writeOut(outs[me], o * es, acc, len * es));
       }
       return Status();
+    }
     case CollKind::kBroadcast:
       // Slice me of the root's buffer into every output (the root's own, in place, is there).
       for (size_t o = 0; o < blk.count; o += tileElems) {
@@ -600,8 +621,8 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
       std::call_once(bothMeasured[op.coll == CollKind::kBroadcast], [&] {
         LOOM_INFO(kSubShm,
                   "{} results passed to the peers measured at {:.2f} GB/s through the shared "
-                  "tiles and {:.2f} GB/s with process_vm_writev; each call takes the faster of "
-                  "their recent rates (LOOM_SHM_RESULT_TILES=1)",
+                  "tiles and {:.2f} GB/s with process_vm_writev; each call takes the faster (each "
+                  "way's best of its last 5 calls; LOOM_SHM_RESULT_TILES=1)",
                   collName(op.coll), choice.rate(true) / 1e9, choice.rate(false) / 1e9);
       });
   }
