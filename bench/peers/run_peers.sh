@@ -296,6 +296,7 @@ log "building the helper programs in $BUILD_DIR"
 "$CXX" -O2 -Wall -o "$BUILD_DIR/cma_bw" "$SCRIPT_DIR/cma_bw.cc"
 # -O3: its reduction loop vectorized, as Loom's kernels are.
 "$CXX" -O3 -march=native -Wall -o "$BUILD_DIR/push_bw" "$SCRIPT_DIR/push_bw.cc"
+"$CXX" -O2 -Wall -pthread -o "$BUILD_DIR/xcore_bw" "$SCRIPT_DIR/xcore_bw.cc"
 if have_active ompi-shm || have_active ompi-tcp; then
   "$OMPI_MPICC" -O2 -Wall -o "$BUILD_DIR/mpi_coll_bench.ompi" "$SCRIPT_DIR/mpi_coll_bench.c"
 fi
@@ -400,6 +401,11 @@ cat "$RAW/cma.log" >&2
 log "a 2-rank AllReduce's peer half: process_vm_readv against pushed through shared memory"
 timeout -k 5 120 "$BUILD_DIR/push_bw" 1,4,16 6 40 >"$RAW/push.log" || log "push_bw failed"
 cat "$RAW/push.log" >&2
+# Before and after the runs: on a VM whose host moves its vCPUs, what the one pass's result tiles
+# cost changes with it (src/runtime/tile_choice.h).
+log "two cores handing data over through their caches (xcore_bw, before the runs)"
+timeout -k 5 120 "$BUILD_DIR/xcore_bw" 5 >"$RAW/xcore.log" || log "xcore_bw failed"
+cat "$RAW/xcore.log" >&2
 
 # ---- sizes and iteration groups ------------------------------------------------------------
 SIZES=()
@@ -518,6 +524,9 @@ for np in $RANKS; do
 done
 done
 END=$(date +%s)
+log "two cores handing data over through their caches (xcore_bw, after the runs)"
+timeout -k 5 120 "$BUILD_DIR/xcore_bw" 5 >>"$RAW/xcore.log" || log "xcore_bw failed"
+tail -1 "$RAW/xcore.log" >&2
 {
   echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "elapsed_s=$((END - START))"
