@@ -755,10 +755,11 @@ TEST(Shm, PlainBuffersOfProcessesRunInOnePassAndSayIt) {
 }
 
 // Workers of the tiles modes (workers.cc) with the tiles on even where the ranks outnumber the
-// cores, every call counted as cold, and the one pass saying how it ran.
-WorkerResult runTileWorkers(int n, const char* mode) {
+// cores (tiles "2"; "1": the default, chosen by measurement), every call counted as cold, and the
+// one pass saying how it ran.
+WorkerResult runTileWorkers(int n, const char* mode, const char* tiles = "2") {
   return runWorkers(n, mode,
-                    {{"LOOM_SHM_RESULT_TILES", "2"},
+                    {{"LOOM_SHM_RESULT_TILES", tiles},
                      {"LOOM_NT_MIN", "1"},
                      {"LOOM_DEBUG", "INFO"},
                      {"LOOM_DEBUG_SUBSYS", "SHM"}});
@@ -814,11 +815,7 @@ TEST(Shm, MeasuredChoiceTakesBothWaysOfPassingResults) {
   if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < 2)
     GTEST_SKIP() << "needs 2 usable cores for 2 ranks (this process may use " << CPU_COUNT(&cpus)
                  << "): with fewer the default passes no result tiles";
-  WorkerResult res = runWorkers(2, "tiles",
-                                {{"LOOM_SHM_RESULT_TILES", "1"},
-                                 {"LOOM_NT_MIN", "1"},
-                                 {"LOOM_DEBUG", "INFO"},
-                                 {"LOOM_DEBUG_SUBSYS", "SHM"}});
+  WorkerResult res = runTileWorkers(2, "tiles", "1");
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
     const std::string& said = res.output[r];
