@@ -186,11 +186,10 @@ const Param kShmResultTiles{
     "memory). 1: where the host's ranks do not outnumber its cores (the ranks wait for each other "
     "tile by tile), and then by measurement: each rank times both ways on its calls and takes the "
     "faster (each way's best of its last 5 calls), trying the other again after 16 calls (the "
-    "tiles) or 64 "
-    "(process_vm_writev), since the tiles are fast only where the ranks' cores share a cache; "
-    "2: always, also where the ranks outnumber the cores; 0: process_vm_writev. The ranks agree: "
-    "any rank's 0 (or 1 with too few cores, or measuring process_vm_writev faster) makes them all "
-    "use process_vm_writev",
+    "tiles) or 64 (process_vm_writev), since the tiles are fast only where the ranks' cores share "
+    "a cache; 2: always, also where the ranks outnumber the cores; 0: process_vm_writev. The ranks "
+    "agree: any rank's 0 (or 1 with too few cores, or measuring process_vm_writev faster) makes "
+    "them all use process_vm_writev",
     0,
     2};
 const Param kShmMappedCma{"LOOM_SHM_MAPPED_CMA", ParamType::kBool, "1",

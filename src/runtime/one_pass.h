@@ -33,9 +33,11 @@ Status runOnePass(Comm* comm, const OpArgs& op, const Decision& decision, bool* 
 
 // Before peers reach a plain buffer of this process through process_vm_readv/writev: the second
 // time a range is seen (a buffer used again, as a training step's buckets and a benchmark's are;
-// one used once is left alone), the 2 MiB-aligned interior of [p, p + bytes) is collapsed into
+// one used once is left alone), the 2 MiB-aligned interior of what was seen is collapsed into
 // transparent huge pages (madvise MADV_COLLAPSE, Linux 6.1: the same contents at the same
-// addresses, copied once), where the kernel pins one page per 2 MiB instead of one per 4 KiB.
+// addresses, copied once), where the kernel pins one page per 2 MiB instead of one per 4 KiB;
+// with it the rest of its mapping (/proc/self/maps) where that is at most 4 times as large, so
+// that a benchmark rotating through a buffer pays once, not again for each new part.
 // Best effort: a kernel without it, memory it may not collapse (MADV_NOHUGEPAGE) or no free huge
 // page leaves the range as it is, and it is not tried again. Returns whether it collapsed now.
 bool collapseReusedBuffer(const void* p, size_t bytes);

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -101,6 +103,55 @@ TEST(HugePages, ABufferUsedAgainIsCollapsedOnce) {
   EXPECT_FALSE(collapseReusedBuffer(small.base + 4096, kHuge - 8192));
   EXPECT_EQ(hugeKib(small.base), 0);
   EXPECT_TRUE(small.intact());
+}
+
+// Used again, a buffer is collapsed with the rest of its mapping where the mapping is at most 4
+// times what was seen (a benchmark's buffer whose calls rotate through it: collapsed piece by
+// piece, each piece cost a timed call milliseconds), and nothing in it is tried again; a part of a
+// much larger mapping (a heap, an arena) is collapsed alone.
+// In a child process of its own: collapseReusedBuffer remembers the ranges it has seen for the
+// life of the process, and the other tests' buffers, unmapped, may be mapped again at the same
+// addresses.
+TEST(HugePages, ASmallMappingIsCollapsedWhole) {
+  {
+    Buffer probe(2 * kHuge);
+    ASSERT_NE(probe.base, nullptr);
+    if (madvise(probe.base, 2 * kHuge, 25 /* MADV_COLLAPSE */) != 0 || hugeKib(probe.base) <= 0)
+      GTEST_SKIP() << "this kernel does not collapse anonymous memory into huge pages here "
+                   << "(madvise MADV_COLLAPSE: " << std::strerror(errno) << ")";
+    Buffer fresh(2 * kHuge);
+    if (fresh.base != nullptr && hugeKib(fresh.base) != 0)
+      GTEST_SKIP() << "page faults here give huge pages already (transparent huge pages: always)";
+  }
+  auto check = [] {
+    std::string failed;
+    auto expect = [&](bool ok, const char* what) {
+      if (!ok) failed += std::string(what) + "; ";
+    };
+    Buffer whole(8 * kHuge), part(32 * kHuge);
+    expect(whole.base != nullptr && part.base != nullptr, "mmap failed");
+    if (failed.empty()) {
+      // A quarter of `whole`, twice: all 16 MiB of its mapping.
+      expect(!collapseReusedBuffer(whole.base, 2 * kHuge), "first use collapsed");
+      expect(collapseReusedBuffer(whole.base + kHuge, kHuge), "second use not collapsed");
+      expect(hugeKib(whole.base) == static_cast<long>(8 * kHuge / 1024),
+             "not all of the 16 MiB mapping on huge pages");
+      expect(whole.intact(), "contents changed");
+      // Elsewhere in that mapping, twice: already done, not tried again.
+      expect(!collapseReusedBuffer(whole.base + 6 * kHuge, kHuge), "tried again (1)");
+      expect(!collapseReusedBuffer(whole.base + 6 * kHuge, kHuge), "tried again (2)");
+      // An eighth of `part` (64 MiB), twice: only those 4 MiB.
+      expect(!collapseReusedBuffer(part.base + 8 * kHuge, 2 * kHuge), "first use of part");
+      expect(collapseReusedBuffer(part.base + 8 * kHuge, 2 * kHuge), "second use of part");
+      expect(hugeKib(part.base) == static_cast<long>(2 * kHuge / 1024),
+             "not exactly the 4 MiB used of the 64 MiB mapping on huge pages");
+      expect(part.intact(), "part's contents changed");
+    }
+    std::fprintf(stderr, "%s\n", failed.empty() ? "all as expected" : failed.c_str());
+    std::exit(failed.empty() ? 0 : 1);
+  };
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(check(), ::testing::ExitedWithCode(0), "all as expected");
 }
 
 // Memory its owner asked to keep off huge pages stays off them, and is not tried again.
