@@ -203,17 +203,15 @@ bool collapseReusedBuffer(const void* p, size_t bytes) {
   // not a large heap or arena the buffer is a small part of.
   constexpr uintptr_t kMappingFactor = 4;
   it->tried = true;
-  uintptr_t lo = it->start, hi = it->end, mapLo = 0, mapHi = 0;
+  uintptr_t mapLo = 0, mapHi = 0;
   if (mappingOf(it->start, &mapLo, &mapHi) && it->end <= mapHi &&
       mapHi - mapLo <= kMappingFactor * (it->end - it->start)) {
-    lo = mapLo;
-    hi = mapHi;
-    it->start = lo;  // and nothing in it is tried again
-    it->end = hi;
+    it->start = mapLo;  // and nothing in it is tried again
+    it->end = mapHi;
     for (Range& r : seen)
-      if (lo <= r.start && r.end <= hi) r.tried = true;
+      if (mapLo <= r.start && r.end <= mapHi) r.tried = true;
   }
-  const int err = collapseHugePages(reinterpret_cast<const void*>(lo), hi - lo);
+  const int err = collapseHugePages(reinterpret_cast<const void*>(it->start), it->end - it->start);
   if (err == 0) return true;
   static std::once_flag logged;
   std::call_once(logged, [&] {

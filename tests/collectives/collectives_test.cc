@@ -23,6 +23,7 @@
 #include "algorithms/schedule.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/log.h"
+#include "src/core/process.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/workers.h"
 #include "transports/socket/socket_util.h"
@@ -810,10 +811,9 @@ TEST(Shm, ResultTilesOnlyWhereEveryRankAgrees) {
 // whichever way each call took. Needs a core per rank: where the ranks outnumber the cores the
 // default takes no tiles at all.
 TEST(Shm, MeasuredChoiceTakesBothWaysOfPassingResults) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < 2)
-    GTEST_SKIP() << "needs 2 usable cores for 2 ranks (this process may use " << CPU_COUNT(&cpus)
+  // The rule the communicator applies (Comm::computeLocality: ranks outnumbering usableCpus()).
+  if (loom::usableCpus() < 2)
+    GTEST_SKIP() << "needs 2 usable cores for 2 ranks (this process may use " << loom::usableCpus()
                  << "): with fewer the default passes no result tiles";
   WorkerResult res = runTileWorkers(2, "tiles", "1");
   for (int r = 0; r < 2; ++r) {

@@ -70,16 +70,25 @@ struct Buffer {
   char* base = nullptr;
 };
 
+// Why these tests cannot run here ("" where they can): the kernel does not collapse (MADV_COLLAPSE
+// is Linux 6.1; THP may be off), or page faults give huge pages already, leaving nothing to
+// collapse.
+std::string whyNoCollapse() {
+  Buffer probe(2 * kHuge), fresh(2 * kHuge);
+  if (probe.base == nullptr || fresh.base == nullptr) return "cannot map test buffers";
+  if (madvise(probe.base, 2 * kHuge, 25 /* MADV_COLLAPSE */) != 0 || hugeKib(probe.base) <= 0)
+    return std::string("this kernel does not collapse anonymous memory into huge pages here ") +
+           "(madvise MADV_COLLAPSE: " + std::strerror(errno) +
+           "; it needs Linux 6.1 and transparent huge pages not set to never)";
+  if (hugeKib(fresh.base) != 0)
+    return "page faults here give huge pages already (transparent huge pages: always): nothing "
+           "is left to collapse";
+  return "";
+}
+
 TEST(HugePages, ABufferUsedAgainIsCollapsedOnce) {
-  // Can this kernel collapse at all? (MADV_COLLAPSE is Linux 6.1; THP may be off.)
-  {
-    Buffer probe(2 * kHuge);
-    ASSERT_NE(probe.base, nullptr);
-    if (madvise(probe.base, 2 * kHuge, 25 /* MADV_COLLAPSE */) != 0 || hugeKib(probe.base) <= 0)
-      GTEST_SKIP() << "this kernel does not collapse anonymous memory into huge pages here "
-                   << "(madvise MADV_COLLAPSE: " << std::strerror(errno)
-                   << "; it needs Linux 6.1 and transparent huge pages not set to never)";
-  }
+  const std::string why = whyNoCollapse();
+  if (!why.empty()) GTEST_SKIP() << why;
   Buffer buf(8 * kHuge);
   ASSERT_NE(buf.base, nullptr);
   if (hugeKib(buf.base) != 0)
@@ -113,16 +122,8 @@ TEST(HugePages, ABufferUsedAgainIsCollapsedOnce) {
 // life of the process, and the other tests' buffers, unmapped, may be mapped again at the same
 // addresses.
 TEST(HugePages, ASmallMappingIsCollapsedWhole) {
-  {
-    Buffer probe(2 * kHuge);
-    ASSERT_NE(probe.base, nullptr);
-    if (madvise(probe.base, 2 * kHuge, 25 /* MADV_COLLAPSE */) != 0 || hugeKib(probe.base) <= 0)
-      GTEST_SKIP() << "this kernel does not collapse anonymous memory into huge pages here "
-                   << "(madvise MADV_COLLAPSE: " << std::strerror(errno) << ")";
-    Buffer fresh(2 * kHuge);
-    if (fresh.base != nullptr && hugeKib(fresh.base) != 0)
-      GTEST_SKIP() << "page faults here give huge pages already (transparent huge pages: always)";
-  }
+  const std::string why = whyNoCollapse();
+  if (!why.empty()) GTEST_SKIP() << why;
   auto check = [] {
     std::string failed;
     auto expect = [&](bool ok, const char* what) {
