@@ -5,6 +5,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +32,14 @@ inline pid_t spawnSelf(const char* var, const std::string& value, int closeInChi
   env.push_back(nullptr);
   char self[] = "/proc/self/exe";
   char* argv[] = {self, nullptr};
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // Killed with the test: a test process that dies without its destructors (a sanitizer's
+    // halt_on_error, a crash) must not leave the child holding ctest's output pipe until the
+    // timeout. The signal follows the forking thread, and every caller forks from the test's own.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     if (closeInChild >= 0) ::close(closeInChild);
     ::execve(self, argv, env.data());
     ::_exit(127);

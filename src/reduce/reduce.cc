@@ -14,6 +14,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(LOOM_REDUCE_X86)
+#include <cpuid.h>
+#endif
 
 #include "src/core/dtype.h"
 #include "src/core/params.h"
@@ -50,6 +53,15 @@ const KernelTable* table() {
   return t;
 }
 
+#if defined(LOOM_REDUCE_X86)
+// F16C (half-precision conversions) from CPUID leaf 1: not every compiler's
+// __builtin_cpu_supports knows it (clang 14 does not).
+bool hasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 }  // namespace
 
 const char* reduceIsaName(ReduceIsa isa) {
@@ -72,12 +84,12 @@ bool reduceIsaSupported(ReduceIsa isa) {
     // __builtin_cpu_supports also checks that the OS saves the YMM/ZMM state (XCR0).
     case ReduceIsa::kAvx2:
       __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && hasF16c();
     case ReduceIsa::kAvx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx2") && hasF16c();
 #endif
     default:
       return false;

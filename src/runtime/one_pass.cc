@@ -441,8 +441,9 @@ Status onePass(const OpArgs& op, int me, int n, const std::vector<PeerBuf>& ins,
       for (size_t o = 0; o < blk.count; o += tileElems) {
         size_t len = std::min(tileElems, blk.count - o), b = (blk.offset + o) * es;
         char* acc = ownOut && accInOut ? outs[me].ptr + b : tile;
-        LOOM_TRY(reduceInto(acc, blk.offset + o, len, fused ? Last::kTwice : Last::kAcc,
-                            outs[me].ptr + b));
+        // A Reduce's non-root has no output (null): nothing to offset into then.
+        char* own = ownOut ? outs[me].ptr + b : nullptr;
+        LOOM_TRY(reduceInto(acc, blk.offset + o, len, fused ? Last::kTwice : Last::kAcc, own));
         for (int r = 0; r < n; ++r) {
           if (op.coll == CollKind::kReduce && r != op.root) continue;
           if (fused && r == me) continue;

@@ -165,6 +165,19 @@ TEST(Tuning, RoundTripsAndRejectsBadFiles) {
       {"{\"loom_tuning\":1,\"layout\":{\"nranks\":2,\"ranks_per_host\":[2]},\"entries\":[{"
        "\"collective\":\"allreduce\",\"algorithm\":\"ring\"}]}",
        "min_bytes"},
+      // Numbers that are not integers of the field's range are refused, not converted (3e20 to
+      // an int is undefined) or wrapped (4294967298 would have read as 2).
+      {"{\"loom_tuning\":1,\"layout\":{\"nranks\":2,\"ranks_per_host\":[3e20]},\"entries\":[]}",
+       "\"ranks_per_host\" is 3e+20, not an integer"},
+      {"{\"loom_tuning\":1,\"layout\":{\"nranks\":4294967298,\"ranks_per_host\":[2]},"
+       "\"entries\":[]}",
+       "\"nranks\" is 4294967298, not an integer from 1 to 2147483647"},
+      {"{\"loom_tuning\":1,\"layout\":{\"nranks\":2.5,\"ranks_per_host\":[2]},\"entries\":[]}",
+       "\"nranks\" is 2.5"},
+      {"{\"loom_tuning\":1,\"layout\":{\"nranks\":2,\"ranks_per_host\":[2]},\"entries\":[{"
+       "\"collective\":\"allreduce\",\"min_bytes\":-1,\"max_bytes\":1,\"algorithm\":\"ring\"}]}",
+       "\"min_bytes\" is -1, not a byte count"},
+      {"{\"loom_tuning\":1e300,\"layout\":{}}", "loom_tuning"},
   };
   for (const Bad& b : bad) {
     Result<TuningFile> r = parseTuning(b.text, "t.json");

@@ -26,7 +26,7 @@ int pollCqOps(ibv_cq* cq, int n, ibv_wc* wc) { return cq->context->ops.poll_cq(c
 // The library's exported ibv_query_port takes the pre-rdma-core (shorter) port attribute struct;
 // verbs.h's inline of the same name prefers the extended context's query_port, which knows the
 // struct's size. This is that inline, with the exported function from the loaded library.
-using CompatQueryPort = int (*)(ibv_context*, uint8_t, ibv_port_attr*);
+using CompatQueryPort = int (*)(ibv_context*, uint8_t, _compat_ibv_port_attr*);
 
 // _ibv_query_gid_ex takes the entry's size as its last argument (verbs.h's inline passes it).
 using QueryGidExRaw = int (*)(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t);
@@ -49,7 +49,8 @@ int queryPortTrampoline(ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
   verbs_context* vctx = verbs_get_ctx_op(ctx, query_port);
   if (vctx != nullptr) return vctx->query_port(ctx, port, attr, sizeof(*attr));
   std::memset(attr, 0, sizeof(*attr));
-  return gSlots[I]->exportedQueryPort(ctx, port, attr);
+  // The compat struct is the leading part of ibv_port_attr (called through its own type).
+  return gSlots[I]->exportedQueryPort(ctx, port, reinterpret_cast<_compat_ibv_port_attr*>(attr));
 }
 
 template <int I>

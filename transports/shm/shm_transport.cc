@@ -387,7 +387,9 @@ Status Transport::deliver(RecvComm* c, Request* r, const char* slot) {
     r->moved = h->msgBytes;
     return Status();
   }
-  if (h->chunk) store(r, r->data + h->offset, r->src + h->offset, slot + kLine, h->chunk);
+  // src is the reduce input: null for a plain receive (no offset into it then).
+  const char* src = r->src != nullptr ? r->src + h->offset : nullptr;
+  if (h->chunk) store(r, r->data + h->offset, src, slot + kLine, h->chunk);
   r->moved += h->chunk;
   return Status();
 }

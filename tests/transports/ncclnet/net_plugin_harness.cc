@@ -48,6 +48,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "src/device/cuda_driver.h"
 #include "transports/ncclnet/nccl_net_abi.h"
 
 #ifndef LOOM_NET_PLUGIN_PATH
@@ -1006,17 +1007,21 @@ void loopbackCheck(Run& run) {
 bool gGpu = false;
 
 // The CUDA driver entry points NCCL's GPUDirect path uses, from LOOM_CUDA_LIB (the emulated
-// device in CI) or libcuda.so.1.
+// device in CI) or libcuda.so.1, with the driver's types (src/device/cuda_driver.h): called
+// through a pointer of another type, the emulated device's functions would be undefined behaviour
+// (clang's UBSan checks it).
 struct Cuda {
-  using Ptr = unsigned long long;  // CUdeviceptr
+  using Ptr = loom::cuda::CUdeviceptr;
+  using Context = loom::cuda::CUcontext;
+  using Stream = loom::cuda::CUstream;
   int (*cuInit)(unsigned) = nullptr;
   int (*cuDeviceGet)(int*, int) = nullptr;
-  int (*cuDevicePrimaryCtxRetain)(void**, int) = nullptr;
-  int (*cuCtxSetCurrent)(void*) = nullptr;
+  int (*cuDevicePrimaryCtxRetain)(Context*, int) = nullptr;
+  int (*cuCtxSetCurrent)(Context) = nullptr;
   int (*cuMemAlloc)(Ptr*, size_t) = nullptr;
   int (*cuMemFree)(Ptr) = nullptr;
-  int (*cuMemcpyAsync)(Ptr, Ptr, size_t, void*) = nullptr;
-  int (*cuStreamSynchronize)(void*) = nullptr;
+  int (*cuMemcpyAsync)(Ptr, Ptr, size_t, Stream) = nullptr;
+  int (*cuStreamSynchronize)(Stream) = nullptr;
   int (*cuMemGetAddressRange)(Ptr*, size_t*, Ptr) = nullptr;
   int (*cuMemGetHandleForAddressRange)(void*, Ptr, size_t, int, unsigned long long) = nullptr;
 
@@ -1043,7 +1048,7 @@ struct Cuda {
     sym(&cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
     if (!missing.empty()) return str("%s lacks %s", lib, missing.c_str());
     int dev = 0;
-    void* ctx = nullptr;
+    Context ctx = nullptr;
     int rc = cuInit(0);
     if (rc == 0) rc = cuDeviceGet(&dev, 0);
     if (rc == 0) rc = cuDevicePrimaryCtxRetain(&ctx, dev);
