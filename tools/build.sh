@@ -17,6 +17,12 @@ flags=()
 if [ -n "${OPT:-}" ]; then
   flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$OPT -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$OPT -DNDEBUG")
 fi
+# Ninja where it is installed (tools/install_deps.sh installs it): it schedules the whole tree's
+# compiles at once and starts faster than make. A build directory keeps the generator it was made
+# with; CMAKE_GENERATOR chooses another for a new one.
+if [ -z "${CMAKE_GENERATOR:-}" ] && [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "${launcher[@]}" \
   "${flags[@]}" "$@"
 # shellcheck disable=SC2086

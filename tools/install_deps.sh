@@ -4,10 +4,11 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache
   libfmt-dev nlohmann-json3-dev libcli11-dev libpugixml-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps python3 clang-format git
+  clang libclang-rt-14-dev llvm
   openmpi-bin libopenmpi-dev
   libhwloc-dev hwloc graphviz
   libibverbs-dev

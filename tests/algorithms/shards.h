@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "tests/quick.h"
 
 namespace loom {
 
@@ -33,11 +34,8 @@ inline std::string shardName(const ::testing::TestParamInfo<ShardParam>& p) {
          std::to_string(first + kShardRanks - 1);
 }
 
-// LOOMTEST_QUICK=1: tools/test.sh's sanitizer stage, after the full proofs of the first stage.
-inline bool quickProofs() {
-  const char* q = std::getenv("LOOMTEST_QUICK");
-  return q && std::string(q) == "1";
-}
+// LOOMTEST_QUICK=1 (tests/quick.h): the sanitizer stages, after the full proofs of the first stage.
+inline bool quickProofs() { return loomtest::quick(); }
 
 // The rank counts a shard proves: all 16. With quickProofs(), the first shard (1-16, where the
 // small special cases are) stays whole; the others keep their first two, middle and last two

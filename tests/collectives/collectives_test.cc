@@ -26,6 +26,7 @@
 #include "src/core/process.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/workers.h"
+#include "tests/quick.h"
 #include "transports/socket/socket_util.h"
 
 namespace loomtest {
@@ -774,8 +775,7 @@ WorkerResult runTileWorkers(int n, const char* mode, const char* tiles = "2") {
 TEST(Shm, ResultTilesCarryEveryRanksResults) {
   // LOOMTEST_QUICK=1 (tools/test.sh's sanitizer stage, after the first stage ran all three): 2 and
   // 3 ranks, where a rank has one peer and several.
-  const char* quick = std::getenv("LOOMTEST_QUICK");
-  const bool all = quick == nullptr || std::string(quick) != "1";
+  const bool all = !loomtest::quick();
   for (int n : {2, 3, 4}) {
     if (n == 4 && !all) continue;
     WorkerResult res = runTileWorkers(n, "tiles");

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/quick.h"
 #include "tests/transports/net_backends.h"
 
 namespace loom {
@@ -282,8 +283,11 @@ TEST_P(NetConformance, MissingDeviceIsRefused) {
 TEST_P(NetConformance, SizesZeroToSixtyFourMiB) {
   OpenLink link(b_.get());
   ASSERT_TRUE(link.status.isOk()) << link.status.message();
-  const size_t sizes[] = {
+  std::vector<size_t> sizes = {
       0, 1, 7, 4095, 4096, 65535, 65536, 65537, (1 << 20) + 3, size_t(16) << 20, size_t(64) << 20};
+  // Under the sanitizers (LOOMTEST_QUICK=1) up to 16 MiB: a message of several chunks, every slot
+  // reused, as 64 MiB, at a quarter of the instrumented copying and checking.
+  if (loomtest::quick()) sizes.pop_back();
   int tag = 0;
   for (size_t size : sizes) {
     SCOPED_TRACE(size);
@@ -577,7 +581,8 @@ TEST_P(NetConformance, MismatchIsNotBlamedOnThePeer) {
 // random width: exercises wrap-around of the transport's rings and completion in posting order
 // (of sends too, where the backend claims it).
 TEST_P(NetConformance, PipelinedMixedSizesCompleteInOrder) {
-  constexpr int kMessages = 700;
+  // Under the sanitizers (LOOMTEST_QUICK=1) 200 messages: still many windows of 16 in flight.
+  const int kMessages = loomtest::quick() ? 200 : 700;
   constexpr size_t kWindow = 16;
   const int maxGroup = caps().maxRecvs;
   std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(GetParam())));
