@@ -341,7 +341,12 @@ Status Comm::irecv(int n, void** data, const size_t* sizes, const int* tags, Mem
   progress();
   if (!failure_.isOk()) return failure_;
   if (!peerGone_.isOk()) return peerGone_;
-  if (recvs_ >= kMaxRequests) return Status();
+  // Not now while the receives and flushes in flight could not each take a place on the flush
+  // queue pair: a receive into GPU memory is followed by its flush, and a caller posts the next
+  // receive as soon as one completes, before the flush of the last has completed. Without this a
+  // caller whose flushes complete slowly (a loaded host) would pile up more than the queue pair
+  // holds.
+  if (recvs_ >= kMaxRequests || recvs_ + flushes_ >= kMaxFlushes) return Status();
   Request* r = allocRequest(Request::Kind::kRecv);
   r->n = n;
   for (int i = 0; i < n; ++i) {
@@ -420,9 +425,10 @@ Status Comm::iflush(int n, void** data, const size_t* sizes, MemHandle** mhs, vo
   }
   if (last < 0) return Status();
   if (!failure_.isOk()) return failure_;
-  // A request slot and a place on the flush queue pair always exist for a caller that tests its
-  // flushes (each follows a receive, of which at most kMaxRequests are outstanding); one that
-  // piles them up is told, never skipped (the GPU would read bytes that may not have landed).
+  // A request slot and a place on the flush queue pair always exist for a flush that follows a
+  // receive (irecv keeps receives plus flushes within kMaxFlushes); a caller that issues flushes
+  // of its own and never tests them is told, never skipped (the GPU would read bytes that may not
+  // have landed).
   if (flushes_ >= kMaxFlushes)
     return LOOM_ERROR(kInvalidUsage,
                       "InfiniBand: {} flushes to {} are in flight, none tested: the most a "

@@ -60,6 +60,9 @@ struct Endpoint {
 class Comm {
  public:
   enum class Role { kSend, kRecv };
+  // Flushes in flight (the flush QP's depth). irecv keeps receives plus flushes within it, so
+  // that the flush following each receive into GPU memory always has a place.
+  static constexpr int kMaxFlushes = 2 * kMaxRequests;
   // Creates the queue pairs (INIT state) and the registered arrays; connect() finishes the setup.
   static Result<std::unique_ptr<Comm>> create(Role role, Port* port, int nqps);
   ~Comm();
@@ -127,8 +130,7 @@ class Comm {
   uint64_t remoteAddr_ = 0;  // the peer's FIFO (receive side) or record array (send side)
   uint32_t remoteRkey_ = 0;
 
-  // Sends and receives (kMaxRequests each) and flushes (kMaxFlushes, the flush QP's depth).
-  static constexpr int kMaxFlushes = 2 * kMaxRequests;
+  // Sends and receives (kMaxRequests each) and flushes (kMaxFlushes).
   Request requests_[2 * kMaxRequests + kMaxFlushes];
   int sends_ = 0, recvs_ = 0, flushes_ = 0;  // outstanding
 

@@ -377,6 +377,49 @@ TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
   ASSERT_TRUE(t_->deregMr(p_.recv, mh).isOk());
 }
 
+// Flushes in flight hold back new receives: a receive into GPU memory is followed by a flush, and
+// a caller posts the next receive as soon as one completes. With flushes that complete slowly (a
+// loaded host) the flush queue pair used to fill ("N flushes ... are in flight") and fail a
+// correct collective; now irecv answers "not now" while receives plus flushes would not fit.
+TEST_P(IbTransportTest, FlushesInFlightHoldBackNewReceives) {
+  if (!fake()) GTEST_SKIP() << "marks host memory as GPU memory: emulated device only";
+  std::vector<unsigned char> buf(4096, 7);
+  void* mh = nullptr;
+  ASSERT_TRUE(t_->regMr(p_.recv, buf.data(), buf.size(), net::kPtrHost, &mh).isOk());
+  auto* m = static_cast<ib::MemHandle*>(mh);
+  m->mr->gpu = true;
+  void* data = buf.data();
+  size_t size = buf.size();
+  constexpr int kFlushes = 40, kQueue = ib::Comm::kMaxFlushes;
+  std::vector<Req> flushes(kFlushes);
+  for (Req& f : flushes) {
+    ASSERT_TRUE(t_->iflush(p_.recv, 1, &data, &size, &mh, &f.handle).isOk());
+    ASSERT_NE(f.handle, nullptr);
+  }
+  // Receives are taken until they and the flushes fill the flush queue pair, then not now.
+  std::vector<unsigned char> dst(64);
+  void* d = dst.data();
+  size_t cap = dst.size();
+  int tag = 0, posted = 0;
+  std::vector<Req> recvs(kQueue);
+  for (Req& r : recvs) {
+    ASSERT_TRUE(t_->irecv(p_.recv, 1, &d, &cap, &tag, nullptr, &r.handle).isOk());
+    if (r.handle == nullptr) break;
+    ++posted;
+  }
+  EXPECT_EQ(posted, kQueue - kFlushes);
+  // Once the flushes are done, receives are taken again.
+  std::vector<Req*> waiting;
+  for (Req& f : flushes) waiting.push_back(&f);
+  ASSERT_TRUE(drive(t_, waiting));
+  for (Req& f : flushes) EXPECT_TRUE(f.status.isOk()) << f.status.message();
+  Req more;
+  ASSERT_TRUE(t_->irecv(p_.recv, 1, &d, &cap, &tag, nullptr, &more.handle).isOk());
+  EXPECT_NE(more.handle, nullptr);
+  m->mr->gpu = false;
+  ASSERT_TRUE(t_->deregMr(p_.recv, mh).isOk());
+}
+
 // GPUDirect RDMA through dma-buf, on the emulated verbs and CUDA devices (ctest runs it as
 // ib_tests_gpudirect, with LOOM_CUDA_LIB naming libloom-fakecuda.so): GPU buffers registered as
 // NCCL_PTR_CUDA travel device to device, host to device and device to host with no staging, the
