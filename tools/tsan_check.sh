@@ -24,7 +24,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-tsan}
 TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests loom_fakecuda)
 
-# -O1 -g1 as for the other sanitizers; no device kernels (nothing here runs them).
+# By clang where it is installed, as tools/test.sh's sanitizer stages (a new build directory only:
+# one made before keeps its compiler); CC/CXX choose another. -O1 -g1 as for the other
+# sanitizers; no device kernels (nothing here runs them).
+if [ -z "${CXX:-}" ] && command -v clang++ >/dev/null; then export CC=clang CXX=clang++; fi
 BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="${TARGETS[*]}" "$ROOT/tools/build.sh" \
   -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF
 
@@ -35,7 +38,7 @@ FAKECUDA=$B/device/fake_cuda/libloom-fakecuda.so
 PLUGIN=$BUILD_DIR/transports/ncclnet/plugin/libnccl-net-loom.so
 THREADS='Ranks/ThreadMatrix.*:*AllReduceAlgorithms*:Collectives.*:Group.*:Comm.*:Failure.*'
 # Over sockets and the emulated IB device, without the largest messages (the shared-memory run has
-# them: the same pipeline of chunks, 2 of those runs' 4.5 minutes under TSan) and without the
+# them: the same pipeline of chunks, 2 of those runs' 4.5 minutes under gcc's TSan) and without the
 # killed-rank cases named for shared memory's paths (with shared memory off they repeat
 # Failure.KilledRankIsNamedBySurvivors).
 NET_ONLY='Collectives.LargeMessages*:Failure.KilledRankOnThe*'
