@@ -351,18 +351,33 @@ TEST_P(IbTransportTest, RegistrationCacheSharesAndReleases) {
   ASSERT_TRUE(t_->deregMr(p_.send, c).isOk());
 }
 
-TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
-  if (!fake()) GTEST_SKIP() << "marks host memory as GPU memory: emulated device only";
-  std::vector<unsigned char> buf(4096, 7);
+// A host buffer registered on a receive comm and flagged as GPU memory (there is no GPU here), so
+// that its flushes read through the NIC; unflagged and deregistered at the end.
+struct GpuFlaggedBuffer {
+  GpuFlaggedBuffer(net::Transport* transport, void* recvComm) : t(transport), comm(recvComm) {
+    ok = t->regMr(comm, buf.data(), buf.size(), net::kPtrHost, &mh).isOk();
+    if (ok) static_cast<ib::MemHandle*>(mh)->mr->gpu = true;
+  }
+  ~GpuFlaggedBuffer() {
+    if (!ok) return;
+    static_cast<ib::MemHandle*>(mh)->mr->gpu = false;
+    EXPECT_TRUE(t->deregMr(comm, mh).isOk());
+  }
+  net::Transport* t;
+  void* comm;
+  std::vector<unsigned char> buf = std::vector<unsigned char>(4096, 7);
   void* mh = nullptr;
-  ASSERT_TRUE(t_->regMr(p_.recv, buf.data(), buf.size(), net::kPtrHost, &mh).isOk());
-  // There is no GPU here: flag the registration as GPU memory to exercise the flush read.
-  auto* m = static_cast<ib::MemHandle*>(mh);
-  m->mr->gpu = true;
+  bool ok = false;
   void* data = buf.data();
   size_t size = buf.size();
+};
+
+TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
+  if (!fake()) GTEST_SKIP() << "marks host memory as GPU memory: emulated device only";
+  GpuFlaggedBuffer g(t_, p_.recv);
+  ASSERT_TRUE(g.ok);
   Req f;
-  ASSERT_TRUE(t_->iflush(p_.recv, 1, &data, &size, &mh, &f.handle).isOk());
+  ASSERT_TRUE(t_->iflush(p_.recv, 1, &g.data, &g.size, &g.mh, &f.handle).isOk());
   ASSERT_NE(f.handle, nullptr);
   ASSERT_TRUE(drive(t_, {&f}));
   EXPECT_TRUE(f.status.isOk()) << f.status.message();
@@ -370,11 +385,9 @@ TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
     ScopedEnv off;
     off.set("LOOM_IB_GDR_FLUSH_DISABLE", "1");
     void* none = reinterpret_cast<void*>(1);
-    ASSERT_TRUE(t_->iflush(p_.recv, 1, &data, &size, &mh, &none).isOk());
+    ASSERT_TRUE(t_->iflush(p_.recv, 1, &g.data, &g.size, &g.mh, &none).isOk());
     EXPECT_EQ(none, nullptr);
   }
-  m->mr->gpu = false;
-  ASSERT_TRUE(t_->deregMr(p_.recv, mh).isOk());
 }
 
 // Flushes in flight hold back new receives: a receive into GPU memory is followed by a flush, and
@@ -383,17 +396,12 @@ TEST_P(IbTransportTest, FlushReadsThroughALoopbackQueuePair) {
 // correct collective; now irecv answers "not now" while receives plus flushes would not fit.
 TEST_P(IbTransportTest, FlushesInFlightHoldBackNewReceives) {
   if (!fake()) GTEST_SKIP() << "marks host memory as GPU memory: emulated device only";
-  std::vector<unsigned char> buf(4096, 7);
-  void* mh = nullptr;
-  ASSERT_TRUE(t_->regMr(p_.recv, buf.data(), buf.size(), net::kPtrHost, &mh).isOk());
-  auto* m = static_cast<ib::MemHandle*>(mh);
-  m->mr->gpu = true;
-  void* data = buf.data();
-  size_t size = buf.size();
+  GpuFlaggedBuffer g(t_, p_.recv);
+  ASSERT_TRUE(g.ok);
   constexpr int kFlushes = 40, kQueue = ib::Comm::kMaxFlushes;
   std::vector<Req> flushes(kFlushes);
   for (Req& f : flushes) {
-    ASSERT_TRUE(t_->iflush(p_.recv, 1, &data, &size, &mh, &f.handle).isOk());
+    ASSERT_TRUE(t_->iflush(p_.recv, 1, &g.data, &g.size, &g.mh, &f.handle).isOk());
     ASSERT_NE(f.handle, nullptr);
   }
   // Receives are taken until they and the flushes fill the flush queue pair, then not now.
@@ -416,8 +424,6 @@ TEST_P(IbTransportTest, FlushesInFlightHoldBackNewReceives) {
   Req more;
   ASSERT_TRUE(t_->irecv(p_.recv, 1, &d, &cap, &tag, nullptr, &more.handle).isOk());
   EXPECT_NE(more.handle, nullptr);
-  m->mr->gpu = false;
-  ASSERT_TRUE(t_->deregMr(p_.recv, mh).isOk());
 }
 
 // GPUDirect RDMA through dma-buf, on the emulated verbs and CUDA devices (ctest runs it as
