@@ -25,9 +25,11 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build-tsan}
 TARGETS=(transports_tests bootstrap_tests runtime_tests collectives_tests loom_fakecuda)
 
 # By clang where it is installed, as tools/test.sh's sanitizer stages (a new build directory only:
-# one made before keeps its compiler); CC/CXX choose another. -O1 -g1 as for the other
-# sanitizers; no device kernels (nothing here runs them).
-if [ -z "${CXX:-}" ] && command -v clang++ >/dev/null; then export CC=clang CXX=clang++; fi
+# one made before keeps its compiler); SAN_CC=gcc, or CC/CXX, choose another. -O1 -g1 as for the
+# other sanitizers; no device kernels (nothing here runs them).
+if [ -z "${CXX:-}" ] && [ "${SAN_CC:-clang}" = clang ] && command -v clang++ >/dev/null; then
+  export CC=clang CXX=clang++
+fi
 BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="${TARGETS[*]}" "$ROOT/tools/build.sh" \
   -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF
 
@@ -37,11 +39,11 @@ FAKEVERBS=$B/transports/ib/libloom-fakeverbs.so
 FAKECUDA=$B/device/fake_cuda/libloom-fakecuda.so
 PLUGIN=$BUILD_DIR/transports/ncclnet/plugin/libnccl-net-loom.so
 THREADS='Ranks/ThreadMatrix.*:*AllReduceAlgorithms*:Collectives.*:Group.*:Comm.*:Failure.*'
-# Over sockets and the emulated IB device, without the largest messages (the shared-memory run has
-# them: the same pipeline of chunks, 2 of those runs' 4.5 minutes under gcc's TSan) and without the
-# killed-rank cases named for shared memory's paths (with shared memory off they repeat
+# Cases run over shared memory only, left out over sockets and the emulated IB device: the largest
+# messages (the same pipeline of chunks over each; 2 of those runs' 4.5 minutes under gcc's TSan)
+# and the killed-rank cases named for shared memory's paths (with shared memory off they repeat
 # Failure.KilledRankIsNamedBySurvivors).
-NET_ONLY='Collectives.LargeMessages*:Failure.KilledRankOnThe*'
+SHM_ONLY='Collectives.LargeMessages*:Failure.KilledRankOnThe*'
 # The tests' quick mode (tests/quick.h), as under the other sanitizers: the first stage ran them all.
 export LOOMTEST_QUICK=1
 LOGS=$BUILD_DIR/tsan-logs
@@ -51,8 +53,8 @@ rm -rf "$LOGS" && mkdir -p "$LOGS"
 RUNS=(
   "transports||transports/transports_tests"
   "collectives_shm||collectives/collectives_tests --gtest_filter=$THREADS:BadInput.*:LowLatencyRace.*"
-  "collectives_sockets|LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*-*_8ranks:$NET_ONLY"
-  "collectives_ib|LOOM_NET=ib LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*-*_8ranks:*_5ranks:*_4ranks:$NET_ONLY"
+  "collectives_sockets|LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*-*_8ranks:$SHM_ONLY"
+  "collectives_ib|LOOM_NET=ib LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1|collectives/collectives_tests --gtest_filter=$THREADS:BadInput.Counts*-*_8ranks:*_5ranks:*_4ranks:$SHM_ONLY"
   "device_calls|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_FAKECUDA_DEVICES=2|collectives/collectives_tests --gtest_filter=DeviceCalls.*"
   "device_matrix|LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1|collectives/collectives_tests --gtest_filter=Ranks/ThreadMatrix.*-*_8ranks"
   "device_plugin_gdr|LOOM_NET_PLUGIN=$PLUGIN LOOM_IBVERBS_LIB=$FAKEVERBS LOOM_SHM_DISABLE=1 LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_DEVICE=1 LOOMTEST_STREAM=1 LOOM_NET_GDR_LEVEL=SYS LOOMTEST_FAKEVERBS_GPU_WRITE_DELAY_MS=200|collectives/collectives_tests --gtest_filter=Ranks/ThreadMatrix.*_2ranks:Ranks/ThreadMatrix.*_3ranks"

@@ -45,7 +45,7 @@ std::vector<int> canonical(const std::vector<int>& raw) {
 // three of the layouts (even hosts, the 3,1,2 pattern, a shuffled ring order with 2 channels).
 std::vector<std::shared_ptr<const RankLayout>> layoutsFor(int n) {
   std::vector<std::shared_ptr<const RankLayout>> out;
-  if (quickProofs()) {
+  if (loomtest::quick()) {
     std::vector<int> two(static_cast<size_t>(n)), sizes312, ring(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) two[static_cast<size_t>(r)] = n >= 2 ? r / ((n + 1) / 2) : 0;
     for (int r = 0, k = 0; r < n; ++k) {

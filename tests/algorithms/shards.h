@@ -34,17 +34,15 @@ inline std::string shardName(const ::testing::TestParamInfo<ShardParam>& p) {
          std::to_string(first + kShardRanks - 1);
 }
 
-// LOOMTEST_QUICK=1 (tests/quick.h): the sanitizer stages, after the full proofs of the first stage.
-inline bool quickProofs() { return loomtest::quick(); }
-
-// The rank counts a shard proves: all 16. With quickProofs(), the first shard (1-16, where the
+// The rank counts a shard proves: all 16. In the quick mode of the sanitizer stages
+// (loomtest::quick(), after the full proofs of the first stage), the first shard (1-16, where the
 // small special cases are) stays whole; the others keep their first two, middle and last two
 // counts (odd and even, the power of two that ends each shard and its neighbours).
 inline std::vector<int> shardRankCounts(const ShardParam& p) {
   const int first = std::get<1>(p) * kShardRanks + 1, last = first + kShardRanks - 1;
   std::vector<int> out;
   for (int n = first; n <= last; ++n) {
-    const bool keep = !quickProofs() || first == 1 || n <= first + 1 || n >= last - 1 ||
+    const bool keep = !loomtest::quick() || first == 1 || n <= first + 1 || n >= last - 1 ||
                       n == first + kShardRanks / 2;
     if (keep) out.push_back(n);
   }
