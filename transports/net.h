@@ -27,6 +27,7 @@
 // communicator's rule).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -64,6 +65,15 @@ struct Properties {
   int maxRecvs = 1;
   size_t maxP2pBytes = size_t(1) << 31;
 };
+
+// How long a wait naps where nothing can wake it when its requests may progress: an eighth of the
+// time its caller has already waited without progress (idleNs), at least 10 us, at most limitNs.
+// Such a wait adds at most an eighth to the latency it would have had polling, and a rank waiting
+// long for a slow peer wakes a few thousand times a second instead of keeping its core busy.
+inline int64_t idleNapNs(int64_t idleNs, int64_t limitNs) {
+  constexpr int64_t kMinNs = 10000;
+  return std::max<int64_t>(1, std::min(limitNs, std::max(kMinNs, idleNs / 8)));
+}
 
 class Transport {
  public:
@@ -122,6 +132,14 @@ class Transport {
   // (and, if listener is not null, that listener) may be able to progress. Lets oversubscribed
   // ranks give their core away instead of spinning. The default just yields.
   virtual void waitActivity(void* const* requests, int n, void* listener, int timeoutMs);
+  // Loom extension: waitActivity for a caller that has waited idleNs without progress so far. A
+  // transport that cannot sleep until some of its requests may progress (nothing wakes it: an
+  // InfiniBand send waiting for its clear-to-send, an imported NCCL plugin) naps idleNapNs instead
+  // of yielding. The default is waitActivity.
+  virtual void waitActivityIdle(void* const* requests, int n, void* listener, int timeoutMs,
+                                int64_t idleNs) {
+    waitActivity(requests, n, listener, timeoutMs);
+  }
   // Loom extension: for a caller that also waits on another transport (so it must look at that
   // one again soon): sleeps up to timeoutUs until this transport may progress, and returns true,
   // where it can be woken that fast (a doorbell); false at once where it cannot (then poll it).

@@ -278,7 +278,7 @@ class Executor {
             finishWithError(cr, r ? withOwnCall(*r, remote) : remote);
           }
         }
-        wait();
+        wait(now - lastProgress);
       } else if (yield) {
         // Stay runnable, but let a peer that shares this core run (more ranks than cores):
         // without it each step costs a scheduler time slice.
@@ -739,8 +739,9 @@ class Executor {
   // then a look at the others again soon; sleeping in poll() instead would miss a doorbell for up
   // to a millisecond per step.
   // A transport is only ever given its own requests (waitActivity reads them as its request type).
-  // Connections not yet made go through the network transport's listener.
-  void wait() {
+  // Connections not yet made go through the network transport's listener. idleNs: how long nothing
+  // progressed; a transport that nothing can wake naps in proportion to it (net::idleNapNs).
+  void wait(int64_t idleNs) {
     std::vector<std::pair<net::Transport*, std::vector<void*>>> byTransport;
     void* listen = nullptr;
     net::Transport* network = nullptr;
@@ -765,15 +766,15 @@ class Executor {
         if (t->napUs(kMixedWaitUs)) return;
     if (byTransport.size() == 1 && byTransport[0].first != network) {
       auto& [t, reqs] = byTransport[0];
-      t->waitActivity(reqs.data(), static_cast<int>(reqs.size()), nullptr, 2);
+      t->waitActivityIdle(reqs.data(), static_cast<int>(reqs.size()), nullptr, 2, idleNs);
       return;
     }
     if (!network) return;
     std::vector<void*> reqs;
     for (auto& [t, r] : byTransport)
       if (t == network) reqs = r;
-    network->waitActivity(reqs.data(), static_cast<int>(reqs.size()), listen,
-                          byTransport.size() > 1 ? 1 : 2);
+    network->waitActivityIdle(reqs.data(), static_cast<int>(reqs.size()), listen,
+                              byTransport.size() > 1 ? 1 : 2, idleNs);
   }
 
   const std::vector<QueuedOp>& ops_;

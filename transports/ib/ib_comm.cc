@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "src/core/clock.h"
 #include "src/core/log.h"
@@ -31,6 +33,17 @@ constexpr int kWantSendWr = 1024;
 constexpr size_t kSplitMin = 64 * 1024;  // smaller payloads travel on one queue pair
 constexpr size_t kMaxWriteCap = size_t(1) << 30;
 constexpr int64_t kSockCheckNs = 1000000;  // how often an incomplete request checks the peer
+
+// Comms take no completion channel whose fd is at or above this: three quarters of the process's
+// limit of open files.
+int channelFdLimit() {
+  static const int limit = [] {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 1 << 20;
+    return static_cast<int>(std::min<rlim_t>(r.rlim_cur, 1 << 22) / 4 * 3);
+  }();
+  return limit;
+}
 
 // The opcode of an error completion is undefined: the work request's kind says what failed.
 const char* opName(uint64_t wrIdValue) {
@@ -77,7 +90,28 @@ Status Comm::setup() {
   int maxRecvWr = role_ == Role::kRecv ? kRecvsPerQp : 1;
   int cqe = nqps_ * (maxSendWr_ + maxRecvWr) + 2 * kMaxRequests;
   if (da.max_cqe > 0) cqe = std::min(cqe, da.max_cqe);
-  cq_ = api.createCq(dev()->ctx(), cqe, nullptr, nullptr, 0);
+  if (api.createCompChannel != nullptr) {
+    // A channel is an fd, as the handshake socket each comm keeps: a job of thousands of ranks has
+    // thousands of comms, so the channels take fds only while a quarter of the limit is left for
+    // everything else.
+    channel_ = api.createCompChannel(dev()->ctx());
+    const char* why = channel_ == nullptr ? std::strerror(errno) : nullptr;
+    if (channel_ != nullptr && channel_->fd >= channelFdLimit())
+      why = "file descriptors are scarce";
+    if (channel_ != nullptr && !why && !setNonBlocking(channel_->fd).isOk()) why = "fcntl failed";
+    if (why != nullptr) {
+      if (channel_ != nullptr) api.destroyCompChannel(channel_);
+      channel_ = nullptr;
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        LOOM_INFO(kSubNet,
+                  "InfiniBand: a connection on {} has no completion channel ({}): its waits nap "
+                  "between polls",
+                  port_->name(), why);
+      });
+    }
+  }
+  cq_ = api.createCq(dev()->ctx(), cqe, nullptr, channel_, 0);
   if (cq_ == nullptr)
     return LOOM_ERROR(kSystem, "ibv_create_cq({}) failed: {}", cqe, std::strerror(errno));
   for (int i = 0; i < nqps_; ++i) {
@@ -106,7 +140,11 @@ Comm::~Comm() {
     api.destroyQp(qp);
   }
   if (flushQp_ != nullptr) api.destroyQp(flushQp_);
-  if (cq_ != nullptr) api.destroyCq(cq_);
+  if (cq_ != nullptr) {
+    drainEvents();  // every event taken is acknowledged: libibverbs waits for that in destroy
+    api.destroyCq(cq_);
+  }
+  if (channel_ != nullptr) api.destroyCompChannel(channel_);
   for (auto& r : requests_)
     if (r.inUse)
       for (int i = 0; i < kMaxRecvs; ++i) dev()->deregister(r.own[i]);
@@ -762,6 +800,30 @@ Status Comm::test(Request* r, int* done, size_t* sizes) {
     }
   }
   return Status();
+}
+
+void Comm::drainEvents() {
+  if (channel_ == nullptr || cq_ == nullptr) return;
+  const VerbsApi& api = dev()->api();
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  while (api.getCqEvent(channel_, &cq, &context) == 0) {
+    api.ackCqEvents(cq, 1);
+    armed_ = false;
+  }
+}
+
+Comm::WaitKind Comm::prepareWait(std::vector<pollfd>* fds) {
+  if (!failure_.isOk() || !peerGone_.isOk()) return WaitKind::kReady;
+  drainEvents();
+  if (channel_ != nullptr && !armed_) armed_ = dev()->api().reqNotifyCq(cq_, 0) == 0;
+  // What completed before the arming raised no event: take it now.
+  progress();
+  if (!failure_.isOk()) return WaitKind::kReady;
+  if (channel_ != nullptr) fds->push_back({channel_->fd, POLLIN, 0});
+  if (sock_.valid()) fds->push_back({sock_.get(), POLLIN, 0});
+  if (!armed_ || !unmatched_.empty()) return WaitKind::kNap;
+  return WaitKind::kSleep;
 }
 
 void Comm::checkPeer() {

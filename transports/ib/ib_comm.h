@@ -6,6 +6,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <poll.h>
 
 #include <cstdint>
 #include <deque>
@@ -84,9 +85,21 @@ class Comm {
   Status iflush(int n, void** data, const size_t* sizes, MemHandle** mhs, void** request);
   Status test(Request* r, int* done, size_t* sizes);
 
+  // For the transport's waitActivity, before it sleeps on this comm: takes the completion events
+  // the channel holds, arms the CQ for the next completion and then takes what completed before
+  // the arming, and adds the fds whose readiness means the comm may progress (the channel, the
+  // handshake socket: its end-of-file is a dead peer). kReady: the comm failed (do not sleep;
+  // test() says how); kNap: something it waits for arrives without a completion (a send's
+  // clear-to-send, which the receiver RDMA-writes), or it has no channel: sleep briefly only;
+  // kSleep: every wait ends with a completion, so the fds wake the sleep.
+  enum class WaitKind { kReady, kNap, kSleep };
+  WaitKind prepareWait(std::vector<pollfd>* fds);
+
  private:
   Comm(Role role, Port* port, int nqps);
   Status setup();
+  // Takes (and acknowledges) the events the completion channel holds.
+  void drainEvents();
   Result<ibv_qp*> createQp(int maxSend, int maxRecv);
   Status toRtr(ibv_qp* qp, const Endpoint& remote, uint32_t qpn, uint32_t psn);
   Status toRts(ibv_qp* qp, uint32_t psn);
@@ -116,6 +129,10 @@ class Comm {
   uint32_t psn_[kMaxQps] = {};
   std::vector<ibv_qp*> qps_;
   ibv_cq* cq_ = nullptr;
+  // The CQ's completion channel (its fd non-blocking), null where the library has none or it could
+  // not be made (waits then nap); armed_: ibv_req_notify_cq is in force (no event since).
+  ibv_comp_channel* channel_ = nullptr;
+  bool armed_ = false;
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
   Fd sock_;  // the handshake socket, kept open: EOF means the peer is gone
   int maxSendWr_ = 0;

@@ -1,5 +1,7 @@
 #include "transports/ib/ib_transport.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -123,6 +125,15 @@ class IbTransport final : public net::Transport {
     return r->comm->test(r, done, sizes);
   }
 
+  // Sleeps on the completion channels of the requests' comms where every one of them waits for a
+  // completion; naps (net::idleNapNs) where one waits for something that comes without one, or a
+  // connection is being made.
+  void waitActivity(void* const* requests, int n, void* listener, int timeoutMs) override {
+    waitActivityIdle(requests, n, listener, timeoutMs, 0);
+  }
+  void waitActivityIdle(void* const* requests, int n, void* listener, int timeoutMs,
+                        int64_t idleNs) override;
+
   Status closeSend(void* sendConn) override {
     delete static_cast<Comm*>(sendConn);
     return Status();
@@ -154,6 +165,39 @@ class IbTransport final : public net::Transport {
   std::vector<Port*> ports_;
   PendingConnects<Outgoing> connecting_;
 };
+
+void IbTransport::waitActivityIdle(void* const* requests, int n, void* listener, int timeoutMs,
+                                   int64_t idleNs) {
+  std::vector<pollfd> fds;
+  std::vector<Comm*> comms;
+  bool nap = !connecting_.empty();
+  for (int k = 0; k < n; ++k) {
+    auto* r = static_cast<Request*>(requests[k]);
+    if (r == nullptr || !r->inUse) continue;
+    if (std::find(comms.begin(), comms.end(), r->comm) == comms.end()) {
+      comms.push_back(r->comm);
+      switch (r->comm->prepareWait(&fds)) {
+        case Comm::WaitKind::kReady:
+          return;
+        case Comm::WaitKind::kNap:
+          nap = true;
+          break;
+        case Comm::WaitKind::kSleep:
+          break;
+      }
+    }
+    if (r->done || !r->error.isOk()) return;  // test() finishes it now
+  }
+  if (listener != nullptr) {
+    auto* l = static_cast<Listener*>(listener);
+    fds.push_back({l->fd.get(), POLLIN, 0});
+    nap = nap || !l->incoming.empty();
+  }
+  const int64_t limitNs = std::max(1, timeoutMs) * int64_t{1000000};
+  const int64_t ns = nap ? net::idleNapNs(idleNs, limitNs) : limitNs;
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+}
 
 Status IbTransport::getProperties(int dev, net::Properties* props) const {
   LOOM_TRY(checkDev(dev));

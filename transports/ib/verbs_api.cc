@@ -22,6 +22,9 @@ int postRecvOps(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return qp->context->ops.post_recv(qp, wr, bad);
 }
 int pollCqOps(ibv_cq* cq, int n, ibv_wc* wc) { return cq->context->ops.poll_cq(cq, n, wc); }
+int reqNotifyCqOps(ibv_cq* cq, int solicitedOnly) {
+  return cq->context->ops.req_notify_cq(cq, solicitedOnly);
+}
 
 // The library's exported ibv_query_port takes the pre-rdma-core (shorter) port attribute struct;
 // verbs.h's inline of the same name prefers the extended context's query_port, which knows the
@@ -111,6 +114,7 @@ void optional(void* handle, const char* name, const char* version, Fn* out) {
 Status fill(void* h, Loaded* l) {
   VerbsApi& a = l->api;
   const std::string& p = a.path;
+  const char* v10 = "IBVERBS_1.0";
   const char* v11 = "IBVERBS_1.1";
   LOOM_TRY(need(h, p, "ibv_get_device_list", v11, &a.getDeviceList));
   LOOM_TRY(need(h, p, "ibv_free_device_list", v11, &a.freeDeviceList));
@@ -129,6 +133,13 @@ Status fill(void* h, Loaded* l) {
   LOOM_TRY(need(h, p, "ibv_dereg_mr", v11, &a.deregMr));
   LOOM_TRY(need(h, p, "ibv_create_cq", v11, &a.createCq));
   LOOM_TRY(need(h, p, "ibv_destroy_cq", v11, &a.destroyCq));
+  // Completion channels: every libibverbs has them; without any of the four the transport polls.
+  optional(h, "ibv_create_comp_channel", v10, &a.createCompChannel);
+  optional(h, "ibv_destroy_comp_channel", v10, &a.destroyCompChannel);
+  optional(h, "ibv_get_cq_event", v11, &a.getCqEvent);
+  optional(h, "ibv_ack_cq_events", v11, &a.ackCqEvents);
+  if (!a.createCompChannel || !a.destroyCompChannel || !a.getCqEvent || !a.ackCqEvents)
+    a.createCompChannel = nullptr;
   LOOM_TRY(need(h, p, "ibv_create_qp", v11, &a.createQp));
   LOOM_TRY(need(h, p, "ibv_modify_qp", v11, &a.modifyQp));
   LOOM_TRY(need(h, p, "ibv_destroy_qp", v11, &a.destroyQp));
@@ -139,6 +150,7 @@ Status fill(void* h, Loaded* l) {
   a.postSend = &postSendOps;
   a.postRecv = &postRecvOps;
   a.pollCq = &pollCqOps;
+  a.reqNotifyCq = &reqNotifyCqOps;
   return Status();
 }
 

@@ -4,10 +4,11 @@
 // or symbol makes the transport report itself unavailable, with the reason.
 //
 // The structs are libibverbs' own (<infiniband/verbs.h>, rdma-core). Functions that verbs.h
-// defines inline (ibv_post_send, ibv_post_recv, ibv_poll_cq) dispatch through the context's ops
-// table; the loader fills those entries with small wrappers that do the same, so any library that
-// exports the ibv_* entry points and fills ibv_context::ops works behind this table. The tests'
-// emulated device (tests/transports/ib/) is such a library; nothing outside tests may load it.
+// defines inline (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) dispatch through
+// the context's ops table; the loader fills those entries with small wrappers that do the same, so
+// any library that exports the ibv_* entry points and fills ibv_context::ops works behind this
+// table. The tests' emulated device (tests/transports/ib/) is such a library; nothing outside tests
+// may load it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -51,6 +52,13 @@ struct VerbsApi {
   ibv_cq* (*createCq)(ibv_context* ctx, int cqe, void* cqContext, ibv_comp_channel* channel,
                       int compVector) = nullptr;
   int (*destroyCq)(ibv_cq* cq) = nullptr;
+  // Completion channels (a pollable fd that says a CQ got a completion after ibv_req_notify_cq
+  // armed it). createCompChannel is null when the library lacks any of the four; the transport
+  // then polls while it waits.
+  ibv_comp_channel* (*createCompChannel)(ibv_context* ctx) = nullptr;
+  int (*destroyCompChannel)(ibv_comp_channel* channel) = nullptr;
+  int (*getCqEvent)(ibv_comp_channel* channel, ibv_cq** cq, void** cqContext) = nullptr;
+  void (*ackCqEvents)(ibv_cq* cq, unsigned int nevents) = nullptr;
   ibv_qp* (*createQp)(ibv_pd* pd, ibv_qp_init_attr* attr) = nullptr;
   int (*modifyQp)(ibv_qp* qp, ibv_qp_attr* attr, int mask) = nullptr;
   int (*destroyQp)(ibv_qp* qp) = nullptr;
@@ -59,6 +67,8 @@ struct VerbsApi {
   int (*postSend)(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) = nullptr;
   int (*postRecv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) = nullptr;
   int (*pollCq)(ibv_cq* cq, int n, ibv_wc* wc) = nullptr;
+  // verbs.h's inline ibv_req_notify_cq, through the ops table too.
+  int (*reqNotifyCq)(ibv_cq* cq, int solicitedOnly) = nullptr;
 
   // Asynchronous events; the context's async_fd is pollable.
   int (*getAsyncEvent)(ibv_context* ctx, ibv_async_event* event) = nullptr;

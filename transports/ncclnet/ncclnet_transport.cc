@@ -1,7 +1,7 @@
 #include "transports/ncclnet/ncclnet_transport.h"
 
 #include <dlfcn.h>
-#include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -438,8 +438,16 @@ class PluginTransport final : public net::Transport {
     return call("closeListen", abi_->closeListen(c->plugin));
   }
 
-  // NCCL plugins have no way to wait for activity: give the core away briefly.
-  void waitActivity(void* const*, int, void*, int) override { sched_yield(); }
+  // NCCL plugins have no way to wait for activity: nap in proportion to the caller's idle time
+  // (net::idleNapNs), so that a rank waiting long for a slow peer does not keep its core busy.
+  void waitActivity(void* const* requests, int n, void* listener, int timeoutMs) override {
+    waitActivityIdle(requests, n, listener, timeoutMs, 0);
+  }
+  void waitActivityIdle(void* const*, int, void*, int timeoutMs, int64_t idleNs) override {
+    const int64_t ns = net::idleNapNs(idleNs, std::max(1, timeoutMs) * int64_t{1000000});
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    ::nanosleep(&ts, nullptr);
+  }
 
   // The device runner's call on the posting thread: GPU memory that the comms will register
   // through a dma-buf is exported now (GpuExport). Nothing else needs the calling thread: host

@@ -182,6 +182,11 @@ class PendingConnects {
     std::lock_guard<std::mutex> lk(mu_);
     pending_[key(handle, bytes)] = std::move(p);
   }
+  // No connect is pending (on any thread).
+  bool empty() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return pending_.empty();
+  }
 
  private:
   using Key = std::pair<std::thread::id, std::string>;

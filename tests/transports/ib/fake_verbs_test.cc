@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -1124,12 +1125,13 @@ TEST_F(FakeVerbs, LoadsThroughTheTransportsLoaderWithEveryEntryPoint) {
   ASSERT_NE(v, nullptr);
   EXPECT_NE(v->queryGidEx, nullptr);
   EXPECT_NE(v->regDmabufMr, nullptr);
+  EXPECT_NE(v->createCompChannel, nullptr);
   EXPECT_STREQ(v->wcStatusStr(IBV_WC_RNR_RETRY_EXC_ERR), "RNR retry counter exceeded");
   EXPECT_STREQ(v->eventTypeStr(IBV_EVENT_PORT_ERR), "port error");
   // Nothing but the verbs entry points and the controls is exported.
   void* h = ::dlopen(LOOMTEST_FAKEVERBS_LIB, RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(h, nullptr);
-  EXPECT_EQ(::dlsym(h, "ibv_create_comp_channel"), nullptr);
+  EXPECT_EQ(::dlsym(h, "ibv_create_srq"), nullptr);
   EXPECT_NE(::dlsym(h, "loomtest_fakeverbs_count"), nullptr);
 }
 
@@ -1456,6 +1458,163 @@ TEST_F(OneDevice, ObjectsAreCountedAndReleased) {
   ep_.close();
   EXPECT_EQ(count("qp"), qps);
   EXPECT_EQ(count("mr"), mrs);
+}
+
+// A CQ on a completion channel of a loopback QP: ibv_req_notify_cq arms it for one event, raised
+// by the next completion; completions without arming raise none; ibv_get_cq_event names the CQ and
+// its context, blocks on a blocking fd and says EAGAIN on a non-blocking one; destroying the CQ
+// drops its unread events; the channel is busy while a CQ uses it.
+class CompletionChannel : public OneDevice {
+ protected:
+  void SetUp() override {
+    OneDevice::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    const VerbsApi* v = api();
+    ASSERT_NE(v->createCompChannel, nullptr) << "the emulated library exports the channel calls";
+    ch_ = v->createCompChannel(ep_.ctx());
+    ASSERT_NE(ch_, nullptr);
+    cq_ = v->createCq(ep_.ctx(), 64, &marker_, ch_, 0);
+    ASSERT_NE(cq_, nullptr);
+    ibv_qp_init_attr a;
+    std::memset(&a, 0, sizeof(a));
+    a.send_cq = cq_;
+    a.recv_cq = cq_;
+    a.qp_type = IBV_QPT_RC;
+    a.sq_sig_all = 1;
+    a.cap.max_send_wr = 16;
+    a.cap.max_recv_wr = 16;
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_sge = 1;
+    qp_ = v->createQp(ep_.pd(), &a);
+    ASSERT_NE(qp_, nullptr);
+    ASSERT_EQ(ep_.connect(qp_, ep_.info(qp_, nullptr), QpOptions()), 0);
+    setBlocking(false);
+  }
+  void TearDown() override {
+    const VerbsApi* v = api();
+    if (qp_ != nullptr) {
+      EXPECT_EQ(v->destroyQp(qp_), 0);
+    }
+    if (cq_ != nullptr) {
+      EXPECT_EQ(v->destroyCq(cq_), 0);
+    }
+    if (ch_ != nullptr) {
+      EXPECT_EQ(v->destroyCompChannel(ch_), 0);
+    }
+  }
+  void setBlocking(bool on) {
+    int fl = ::fcntl(ch_->fd, F_GETFL);
+    ASSERT_EQ(::fcntl(ch_->fd, F_SETFL, on ? fl & ~O_NONBLOCK : fl | O_NONBLOCK), 0);
+  }
+  bool readable(int ms) {
+    pollfd p{ch_->fd, POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  }
+  // Polls n completions of this CQ (they arrive from the engine's threads).
+  int pollCompletions(int n) {
+    int got = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    while (got < n && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc[4];
+      int k = api()->pollCq(cq_, 4, wc);
+      for (int i = 0; i < k; ++i) EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+      got += k;
+      if (k == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return got;
+  }
+  int write(uint64_t id) { return postWrite(qp_, IBV_WR_RDMA_WRITE, id, nullptr, 0, 0, 0, 0); }
+  // One event: 0 and the CQ it named, or -1 with errno.
+  int event(ibv_cq** cq) {
+    void* ctx = nullptr;
+    int rc = api()->getCqEvent(ch_, cq, &ctx);
+    if (rc == 0) {
+      EXPECT_EQ(ctx, &marker_) << "the CQ's context";
+    }
+    return rc;
+  }
+
+  int marker_ = 0;
+  ibv_comp_channel* ch_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+};
+
+TEST_F(CompletionChannel, ArmedForOneEventByTheNextCompletion) {
+  const VerbsApi* v = api();
+  ibv_cq* got = nullptr;
+  // Not armed: completions raise nothing.
+  ASSERT_EQ(write(1), 0);
+  ASSERT_EQ(pollCompletions(1), 1);
+  EXPECT_FALSE(readable(0));
+  errno = 0;
+  EXPECT_EQ(event(&got), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  // Armed: the next completion raises one event, and two completions still only one.
+  ASSERT_EQ(v->reqNotifyCq(cq_, 0), 0);
+  EXPECT_FALSE(readable(0)) << "arming alone raised an event";
+  ASSERT_EQ(write(2), 0);
+  ASSERT_EQ(write(3), 0);
+  ASSERT_TRUE(readable(kWaitMs));
+  ASSERT_EQ(event(&got), 0);
+  EXPECT_EQ(got, cq_);
+  ASSERT_EQ(pollCompletions(2), 2);
+  EXPECT_FALSE(readable(0)) << "more than one event for one arming";
+  v->ackCqEvents(cq_, 1);
+  // A blocking fd waits in ibv_get_cq_event until the event comes.
+  setBlocking(true);
+  ASSERT_EQ(v->reqNotifyCq(cq_, 0), 0);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(write(4), 0);
+  });
+  EXPECT_EQ(event(&got), 0);
+  late.join();
+  EXPECT_EQ(got, cq_);
+  ASSERT_EQ(pollCompletions(1), 1);
+  v->ackCqEvents(cq_, 1);
+}
+
+TEST_F(CompletionChannel, DestroyingTheCqDropsItsUnreadEvents) {
+  const VerbsApi* v = api();
+  auto count = control<loomtest_fakeverbs_count_fn>("loomtest_fakeverbs_count");
+  ASSERT_NE(count, nullptr);
+  EXPECT_EQ(count("channel"), 1);
+  ASSERT_EQ(v->reqNotifyCq(cq_, 0), 0);
+  ASSERT_EQ(write(1), 0);
+  ASSERT_EQ(pollCompletions(1), 1);
+  ASSERT_TRUE(readable(kWaitMs));
+  EXPECT_EQ(v->destroyCompChannel(ch_), EBUSY) << "a CQ is still on the channel";
+  ASSERT_EQ(v->destroyQp(qp_), 0);
+  qp_ = nullptr;
+  ASSERT_EQ(v->destroyCq(cq_), 0);
+  cq_ = nullptr;
+  EXPECT_FALSE(readable(0)) << "the destroyed CQ's event is still queued";
+  ibv_cq* got = nullptr;
+  EXPECT_EQ(event(&got), -1);
+  ASSERT_EQ(v->destroyCompChannel(ch_), 0);
+  ch_ = nullptr;
+  EXPECT_EQ(count("channel"), 0);
+}
+
+TEST_F(CompletionChannel, RefusesWhatIsNotEmulatedOrHasNoChannel) {
+  const VerbsApi* v = api();
+  EXPECT_EQ(v->reqNotifyCq(cq_, 1), EOPNOTSUPP) << "solicited-only events are not emulated";
+  EXPECT_EQ(v->reqNotifyCq(ep_.cq(), 0), EINVAL) << "a CQ without a channel";
+}
+
+TEST_F(CompletionChannel, DestroyWithUnacknowledgedEventsStopsTheTest) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const VerbsApi* v = api();
+  ASSERT_EQ(v->reqNotifyCq(cq_, 0), 0);
+  ASSERT_EQ(write(1), 0);
+  ASSERT_EQ(pollCompletions(1), 1);
+  ibv_cq* got = nullptr;
+  ASSERT_EQ(event(&got), 0);
+  ASSERT_EQ(v->destroyQp(qp_), 0);
+  qp_ = nullptr;
+  EXPECT_DEATH(v->destroyCq(cq_), "1 acknowledged|would block forever");
+  v->ackCqEvents(cq_, 1);
 }
 
 }  // namespace

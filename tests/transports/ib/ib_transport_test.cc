@@ -426,6 +426,99 @@ TEST_P(IbTransportTest, FlushesInFlightHoldBackNewReceives) {
   EXPECT_NE(more.handle, nullptr);
 }
 
+// A waiting rank gives its core away (waitActivity): a receive waiting for its data sleeps on the
+// completion channel until a completion wakes it (a handful of wakes, where polling would return
+// thousands of times in the 50 ms the sender takes); a send waiting for its clear-to-send, which
+// the receiver RDMA-writes without a completion, naps instead of sleeping to the wait's 20 s limit.
+TEST_P(IbTransportTest, WaitSleepsUntilACompletionAndNapsForAClearToSend) {
+  constexpr int kLimitMs = 20000;
+  std::vector<unsigned char> src(64, 7), dst(64, 0);
+  void* d = dst.data();
+  size_t cap = dst.size();
+  int tag = 3;
+  auto later = [&](auto&& fn) {
+    return std::thread([fn] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      fn();
+    });
+  };
+  // Waits on r until test() finishes it; the number of waits, or -1 when more than `most`.
+  auto waitFor = [&](Req& r, int most) {
+    for (int calls = 1; calls <= most; ++calls) {
+      t_->waitActivity(&r.handle, 1, nullptr, kLimitMs);
+      int done = 0;
+      r.status = t_->test(r.handle, &done, r.sizes);
+      if (done) return calls;
+    }
+    return -1;
+  };
+
+  Req recv;
+  ASSERT_TRUE(t_->irecv(p_.recv, 1, &d, &cap, &tag, nullptr, &recv.handle).isOk());
+  ASSERT_NE(recv.handle, nullptr);
+  Req send;
+  std::thread sender = later([&] {
+    EXPECT_TRUE(t_->isend(p_.send, src.data(), src.size(), tag, nullptr, &send.handle).isOk());
+    EXPECT_TRUE(drive(t_, {&send}));
+  });
+  // Wakes: the receive's clear-to-send completing, then one immediate per queue pair at most.
+  const int wakes = waitFor(recv, 2 + 2 * ib::kMaxQps);
+  sender.join();
+  EXPECT_GE(wakes, 1) << "the receive's wait returned more often than completions came: it polled";
+  EXPECT_TRUE(recv.status.isOk()) << recv.status.message();
+  EXPECT_EQ(dst, src);
+
+  std::fill(dst.begin(), dst.end(), 0);
+  Req send2;
+  ASSERT_TRUE(t_->isend(p_.send, src.data(), src.size(), tag, nullptr, &send2.handle).isOk());
+  ASSERT_NE(send2.handle, nullptr);
+  Req recv2;
+  std::thread receiver = later([&] {
+    EXPECT_TRUE(t_->irecv(p_.recv, 1, &d, &cap, &tag, nullptr, &recv2.handle).isOk());
+    EXPECT_TRUE(drive(t_, {&recv2}));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int naps = waitFor(send2, 1 << 30);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  receiver.join();
+  EXPECT_GE(naps, 1);
+  EXPECT_TRUE(send2.status.isOk()) << send2.status.message();
+  EXPECT_LT(waited, kLimitMs / 1000.0)
+      << "a send waiting for its clear-to-send slept to the wait's limit: nothing wakes it";
+  EXPECT_EQ(dst, src);
+}
+
+// A connection made without a completion channel (the process is out of file descriptors, or the
+// comm chose not to take one: ib_comm.cc) moves data as any other, and its waits nap instead of
+// sleeping to their limit.
+TEST_P(IbTransportTest, ConnectionsWithoutACompletionChannelNapAndMoveData) {
+  if (!fake()) GTEST_SKIP() << "makes the emulated device refuse completion channels";
+  const int channels = b_.count("channel");
+  ScopedEnv env;
+  env.set("LOOMTEST_FAKEVERBS_CHANNELS", "0");
+  Link q;
+  ASSERT_TRUE(b_.open(&q).isOk());
+  EXPECT_EQ(b_.count("channel"), channels) << "the connection took a channel";
+  std::vector<unsigned char> src(64, 9), dst(64, 0);
+  void* d = dst.data();
+  size_t cap = dst.size();
+  int tag = 5;
+  Req recv;
+  ASSERT_TRUE(t_->irecv(q.recv, 1, &d, &cap, &tag, nullptr, &recv.handle).isOk());
+  ASSERT_NE(recv.handle, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  t_->waitActivity(&recv.handle, 1, nullptr, 20000);  // nothing sent yet
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10)
+      << "a wait with nothing to wake it slept to its limit";
+  Req send;
+  ASSERT_TRUE(t_->isend(q.send, src.data(), src.size(), tag, nullptr, &send.handle).isOk());
+  ASSERT_TRUE(drive(t_, {&send, &recv}));
+  EXPECT_TRUE(recv.status.isOk()) << recv.status.message();
+  EXPECT_EQ(dst, src);
+  b_.close(&q);
+}
+
 // GPUDirect RDMA through dma-buf, on the emulated verbs and CUDA devices (ctest runs it as
 // ib_tests_gpudirect, with LOOM_CUDA_LIB naming libloom-fakecuda.so): GPU buffers registered as
 // NCCL_PTR_CUDA travel device to device, host to device and device to host with no staging, the

@@ -256,6 +256,16 @@ std::vector<std::shared_ptr<Qp>> allQps(Engine& e) {
   return out;
 }
 
+// Queues cq's completion event on its channel (it was armed).
+void notifyChannel(Cq* cq) {
+  Channel* ch = cq->channel;
+  std::lock_guard<std::mutex> lock(ch->mu);
+  ch->events.push_back(cq);
+  const uint64_t one = 1;
+  // An eventfd's counter only fails to grow at 2^64 - 2 unread events.
+  (void)!::write(ch->ch.fd, &one, sizeof(one));
+}
+
 void pushCqe(Cq* cq, const ibv_wc& wc, Qp& qp, bool send, uint32_t release) {
   Cqe c;
   c.wc = wc;
@@ -263,9 +273,15 @@ void pushCqe(Cq* cq, const ibv_wc& wc, Qp& qp, bool send, uint32_t release) {
   c.send = send;
   c.release = release;
   c.gen = qp.gen.load();
-  std::lock_guard<std::mutex> lock(cq->mu);
-  c.wc.qp_num = qp.h.qp.qp_num;
-  cq->q.push_back(c);
+  bool notify = false;
+  {
+    std::lock_guard<std::mutex> lock(cq->mu);
+    c.wc.qp_num = qp.h.qp.qp_num;
+    cq->q.push_back(c);
+    notify = cq->armed;  // one event per arming, as on hardware
+    cq->armed = false;
+  }
+  if (notify) notifyChannel(cq);
 }
 
 ibv_wc_opcode sendWcOpcode(ibv_wr_opcode op) {

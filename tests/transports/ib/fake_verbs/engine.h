@@ -2,8 +2,9 @@
 // (fake_verbs.h says what is emulated). Internal to libloom-fakeverbs.so.
 //
 // Locking, outermost first: Engine::mu (tables) -> Qp::mu -> Engine::linksMu -> Cq::mu,
-// Context::mu, Link::mu, Engine::timerMu, Engine::mrMu (leaves). Completions are pushed under
-// the QP's lock, so a QP's completions keep their order and stop when the QP is destroyed.
+// Channel::mu, Context::mu, Link::mu, Engine::timerMu, Engine::mrMu (leaves). Completions are
+// pushed under the QP's lock, so a QP's completions keep their order and stop when the QP is
+// destroyed.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -174,11 +175,24 @@ struct CqHandle {
   ibv_cq cq;
   Cq* impl;
 };
+// A completion channel: the CQs' events in order, and an eventfd (semaphore mode) that counts them,
+// so that ibv_comp_channel::fd is readable while one is queued and a blocking read waits for one.
+struct Channel {
+  ibv_comp_channel ch;
+  Context* ctx = nullptr;
+  std::mutex mu;
+  std::deque<Cq*> events;
+  std::atomic<int> cqRefs{0};
+};
 struct Cq {
   CqHandle h;
   Context* ctx = nullptr;
+  Channel* channel = nullptr;
   std::mutex mu;
   std::deque<Cqe> q;
+  bool armed = false;      // ibv_req_notify_cq: the next completion queues an event (under mu)
+  uint64_t delivered = 0;  // events ibv_get_cq_event returned (under channel->mu)
+  std::atomic<uint64_t> acked{0};
   std::atomic<int> qpRefs{0};
 };
 
@@ -282,7 +296,7 @@ struct Engine {
   std::mutex gpuMu;
   std::deque<GpuWrite> gpuWrites;
 
-  std::atomic<int> nContexts{0}, nPds{0}, nMrs{0}, nCqs{0}, nQps{0};
+  std::atomic<int> nContexts{0}, nPds{0}, nMrs{0}, nCqs{0}, nQps{0}, nChannels{0};
   std::atomic<int> nRegMrCalls{0};  // ibv_reg_mr calls since the process started
 };
 

@@ -1,9 +1,9 @@
 // libloom-fakeverbs.so: an emulated RDMA device for the IB transport's tests. TEST ONLY: nothing
 // outside tests/ may load it. It exports, with rdma-core 44's signatures, the ibv_* entry points
 // the transport's loader resolves (transports/ib/verbs_api.h) and fills ibv_context::ops
-// (post_send, post_recv, poll_cq), so the transport runs on it unmodified when LOOM_IBVERBS_LIB
-// names it. It never links libibverbs. Tests reach the controls below with dlsym on the same
-// library (dlopen of its path returns the handle the loader already holds).
+// (post_send, post_recv, poll_cq, req_notify_cq), so the transport runs on it unmodified when
+// LOOM_IBVERBS_LIB names it. It never links libibverbs. Tests reach the controls below with dlsym
+// on the same library (dlopen of its path returns the handle the loader already holds).
 //
 // Devices: LOOMTEST_FAKEVERBS_DEVICES, read at every ibv_get_device_list (unset: "mlx5_0", one
 // active InfiniBand port, HDR 4x; "none" or empty: no device):
@@ -67,9 +67,17 @@
 //   dma-buf registration of the same process (the flush of NCCL's plugins, iflush) lands every
 //   such write first: a NIC's PCIe writes to a GPU are not ordered with the completion the CPU
 //   polls, and a consumer that does not flush may read the old bytes.
-// - ibv_create_cq with a completion channel: EOPNOTSUPP. CQ overflow is not detected. Atomics,
-//   SRQ, UD and memory windows are not emulated. ibv_dealloc_pd with live MRs or QPs, and
-//   ibv_destroy_cq with QPs attached: EBUSY.
+// - Completion channels: ibv_req_notify_cq (solicited_only 0; 1 is EOPNOTSUPP, not emulated) arms
+//   a CQ once: the next completion added to it queues one event on its channel, whose fd is
+//   readable while an event is queued (O_NONBLOCK: ibv_get_cq_event returns -1/EAGAIN instead of
+//   blocking). Completions already queued when it is armed raise none (poll after arming, as on
+//   hardware). ibv_destroy_cq drops its unread events; with events returned by ibv_get_cq_event
+//   and not acknowledged it prints why and aborts (libibverbs would wait forever).
+//   ibv_destroy_comp_channel with CQs on it: EBUSY. A CQ and its channel must share a context.
+//   With LOOMTEST_FAKEVERBS_CHANNELS=0, ibv_create_comp_channel fails with EMFILE (a process out
+//   of file descriptors).
+// - CQ overflow is not detected. Atomics, SRQ, UD and memory windows are not emulated.
+//   ibv_dealloc_pd with live MRs or QPs, and ibv_destroy_cq with QPs attached: EBUSY.
 // - ctx->async_fd is a pipe, readable while an event is queued (set it O_NONBLOCK for
 //   ibv_get_async_event to return -1/EAGAIN instead of blocking).
 // - Thread safety as real verbs. After fork() the child starts afresh (new addresses); objects
@@ -93,7 +101,8 @@ int loomtest_fakeverbs_set_port_state(const char* dev, int port, int active);
 // to the error state (flushed), its ports down. Returns 0, or -1 when no such device exists.
 int loomtest_fakeverbs_device_fatal(const char* dev);
 
-// How many objects of a kind are alive in this process: "context", "pd", "mr", "cq", "qp"; or,
+// How many objects of a kind are alive in this process: "context", "pd", "mr", "cq", "qp",
+// "channel" (completion channels); or,
 // for "reg_mr_calls", how many times ibv_reg_mr was called in this process (failed calls
 // included; never decreases): tests check with it that registered memory is not registered
 // again per message. Returns -1 for an unknown kind. For leak checks in tests.

@@ -3,6 +3,8 @@
 // errno values unless noted.
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -81,6 +83,22 @@ int opsPollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     got += batch;
   }
   return got;
+}
+
+int opsReqNotifyCq(ibv_cq* ibcq, int solicitedOnly) {
+  Cq* cq = cqOf(ibcq);
+  if (cq->channel == nullptr) return EINVAL;
+  if (solicitedOnly != 0) return EOPNOTSUPP;  // not emulated (fake_verbs.h)
+  std::lock_guard<std::mutex> lock(cq->mu);
+  cq->armed = true;
+  return 0;
+}
+
+// Takes one count off a channel's eventfd without blocking, whatever O_NONBLOCK the user set.
+void consumeEventCount(Channel* ch) {
+  pollfd p{ch->ch.fd, POLLIN, 0};
+  uint64_t v = 0;
+  if (::poll(&p, 1, 0) == 1) (void)!::read(ch->ch.fd, &v, sizeof(v));
 }
 
 bool deviceAlive(Context* ctx) {
@@ -162,6 +180,7 @@ ibv_context* ibv_open_device(ibv_device* ibdev) {
   ctx.ops.post_send = opsPostSend;
   ctx.ops.post_recv = opsPostRecv;
   ctx.ops.poll_cq = opsPollCq;
+  ctx.ops.req_notify_cq = opsReqNotifyCq;
   ctx.cmd_fd = -1;
   ctx.async_fd = fds[0];
   ctx.num_comp_vectors = 1;
@@ -409,8 +428,8 @@ ibv_cq* ibv_create_cq(ibv_context* ibctx, int cqe, void* cqContext, ibv_comp_cha
                       int compVector) {
   Context* c = ctxOf(ibctx);
   if (!deviceAlive(c)) return nullptr;
-  if (channel != nullptr) {
-    errno = EOPNOTSUPP;
+  if (channel != nullptr && reinterpret_cast<Channel*>(channel)->ctx != c) {
+    errno = EINVAL;
     return nullptr;
   }
   if (cqe < 1 || cqe > (1 << 22)) {
@@ -426,6 +445,11 @@ ibv_cq* ibv_create_cq(ibv_context* ibctx, int cqe, void* cqContext, ibv_comp_cha
   pthread_mutex_init(&cq->h.cq.mutex, nullptr);
   pthread_cond_init(&cq->h.cq.cond, nullptr);
   cq->ctx = c;
+  if (channel != nullptr) {
+    cq->channel = reinterpret_cast<Channel*>(channel);
+    cq->channel->cqRefs.fetch_add(1);
+    cq->h.cq.channel = channel;
+  }
   engine().nCqs.fetch_add(1);
   return &cq->h.cq;
 }
@@ -433,12 +457,83 @@ ibv_cq* ibv_create_cq(ibv_context* ibctx, int cqe, void* cqContext, ibv_comp_cha
 int ibv_destroy_cq(ibv_cq* ibcq) {
   Cq* cq = cqOf(ibcq);
   if (cq->qpRefs.load() != 0) return EBUSY;
+  if (Channel* ch = cq->channel) {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (cq->acked.load() != cq->delivered) {
+      // libibverbs waits for the missing acknowledgements, forever: say so and stop the test.
+      std::fprintf(stderr,
+                   "loomtest-fakeverbs: ibv_destroy_cq of a CQ with %llu completion events "
+                   "returned and %llu acknowledged would block forever\n",
+                   static_cast<unsigned long long>(cq->delivered),
+                   static_cast<unsigned long long>(cq->acked.load()));
+      std::abort();
+    }
+    // Events not yet read are dropped with the CQ, as the kernel does.
+    for (auto it = ch->events.begin(); it != ch->events.end();) {
+      if (*it != cq) {
+        ++it;
+        continue;
+      }
+      it = ch->events.erase(it);
+      consumeEventCount(ch);
+    }
+    ch->cqRefs.fetch_sub(1);
+  }
   pthread_mutex_destroy(&cq->h.cq.mutex);
   pthread_cond_destroy(&cq->h.cq.cond);
   delete cq;
   engine().nCqs.fetch_sub(1);
   return 0;
 }
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* ibctx) {
+  Context* c = ctxOf(ibctx);
+  if (!deviceAlive(c)) return nullptr;
+  const char* env = std::getenv("LOOMTEST_FAKEVERBS_CHANNELS");
+  if (env != nullptr && std::strcmp(env, "0") == 0) {
+    errno = EMFILE;  // a process out of file descriptors
+    return nullptr;
+  }
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) return nullptr;
+  registerFd(fd);
+  auto* ch = new Channel();
+  ch->ctx = c;
+  ch->ch.context = ibctx;
+  ch->ch.fd = fd;
+  ch->ch.refcnt = 0;
+  engine().nChannels.fetch_add(1);
+  return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  if (ch->cqRefs.load() != 0) return EBUSY;
+  closeFd(ch->ch.fd);
+  delete ch;
+  engine().nChannels.fetch_sub(1);
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cqOut, void** cqContext) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  uint64_t v = 0;
+  // Blocks unless the user made the fd O_NONBLOCK (then -1 with EAGAIN while none is queued).
+  if (::read(ch->ch.fd, &v, sizeof(v)) != static_cast<ssize_t>(sizeof(v))) return -1;
+  std::lock_guard<std::mutex> lock(ch->mu);
+  if (ch->events.empty()) {  // its CQ was destroyed meanwhile
+    errno = EAGAIN;
+    return -1;
+  }
+  Cq* cq = ch->events.front();
+  ch->events.pop_front();
+  ++cq->delivered;
+  *cqOut = &cq->h.cq;
+  *cqContext = cq->h.cq.cq_context;
+  return 0;
+}
+
+void ibv_ack_cq_events(ibv_cq* ibcq, unsigned int nevents) { cqOf(ibcq)->acked.fetch_add(nevents); }
 
 ibv_qp* ibv_create_qp(ibv_pd* ibpd, ibv_qp_init_attr* attr) {
   Pd* pd = pdOf(ibpd);
@@ -617,6 +712,7 @@ int loomtest_fakeverbs_count(const char* kind) {
   if (k == "pd") return e.nPds.load();
   if (k == "mr") return e.nMrs.load();
   if (k == "cq") return e.nCqs.load();
+  if (k == "channel") return e.nChannels.load();
   if (k == "qp") return e.nQps.load();
   if (k == "reg_mr_calls") return e.nRegMrCalls.load();
   return -1;
