@@ -1,6 +1,7 @@
 #include "src/runtime/executor.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -268,8 +269,15 @@ class Executor {
         for (auto& cr : commRuns_)
           if (!cr.finished)
             LOOM_WARN("{}", waitingText(cr, (now - lastProgress) / 1000000, timeoutMs));
-      // While the device works, look again soon: no transport wakes a sleep for it.
-      if (now - lastProgress >= spinNs && (!dev_ || dev_->idle())) {
+      const bool devBusy = dev_ && !dev_->idle();
+      if (now - lastProgress >= spinNs && devBusy) {
+        // While the device works, nothing wakes a sleep when it is done: nap in proportion to
+        // the wait instead (an eighth of it, at most a millisecond), as a transport that nothing
+        // wakes does, rather than keep the core the device's host threads may need.
+        const int64_t ns = net::idleNapNs(now - lastProgress, 1000000);
+        timespec ts{0, static_cast<long>(ns)};
+        ::nanosleep(&ts, nullptr);
+      } else if (now - lastProgress >= spinNs) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;
           Status remote = cr.comm->pollRemoteFailure();
