@@ -275,16 +275,15 @@ class Executor {
         for (auto& cr : commRuns_)
           if (!cr.finished)
             LOOM_WARN("{}", waitingText(cr, (now - lastProgress) / 1000000, timeoutMs));
-      const bool devBusy = dev_ && !dev_->idle();
       waiting = now - lastProgress >= spinNs;
-      if (now - lastProgress >= spinNs && devBusy) {
+      if (waiting && dev_ && !dev_->idle()) {
         // While the device works, nothing wakes a sleep when it is done: nap in proportion to
         // the wait instead (an eighth of it, at most a millisecond), as a transport that nothing
         // wakes does, rather than keep the core the device's host threads may need.
         const int64_t ns = net::idleNapNs(now - lastProgress, 1000000);
         timespec ts{0, static_cast<long>(ns)};
         ::nanosleep(&ts, nullptr);
-      } else if (now - lastProgress >= spinNs) {
+      } else if (waiting) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;
           Status remote = cr.comm->pollRemoteFailure();
