@@ -1,6 +1,8 @@
 // Monotonic time and deadlines. Every wait in Loom has a Deadline (LOOM_TIMEOUT by default).
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -11,6 +13,17 @@ inline int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// A relative time of ns nanoseconds (>= 0) as the timespec nanosleep, ppoll and futex take.
+inline timespec timespecOfNs(int64_t ns) {
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+// Sleeps about ns nanoseconds (a signal may end it sooner; callers look again anyway).
+inline void sleepNs(int64_t ns) {
+  const timespec ts = timespecOfNs(ns);
+  ::nanosleep(&ts, nullptr);
 }
 
 class Deadline {

@@ -1,7 +1,6 @@
 #include "src/runtime/executor.h"
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -280,9 +279,7 @@ class Executor {
         // While the device works, nothing wakes a sleep when it is done: nap in proportion to
         // the wait instead (an eighth of it, at most a millisecond), as a transport that nothing
         // wakes does, rather than keep the core the device's host threads may need.
-        const int64_t ns = net::idleNapNs(now - lastProgress, 1000000);
-        timespec ts{0, static_cast<long>(ns)};
-        ::nanosleep(&ts, nullptr);
+        sleepNs(net::idleNapNs(now - lastProgress, 1000000));
       } else if (waiting) {
         for (auto& cr : commRuns_) {
           if (cr.finished) continue;

@@ -195,7 +195,7 @@ void IbTransport::waitActivityIdle(void* const* requests, int n, void* listener,
   }
   const int64_t limitNs = std::max(1, timeoutMs) * int64_t{1000000};
   const int64_t ns = nap ? net::idleNapNs(idleNs, limitNs) : limitNs;
-  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  const timespec ts = timespecOfNs(ns);
   ::ppoll(fds.data(), fds.size(), &ts, nullptr);
 }
 

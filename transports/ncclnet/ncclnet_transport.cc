@@ -1,7 +1,6 @@
 #include "transports/ncclnet/ncclnet_transport.h"
 
 #include <dlfcn.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/core/clock.h"
 #include "src/core/log.h"
 #include "src/device/device_memory.h"
 #include "transports/ncclnet/nccl_result.h"
@@ -444,9 +444,7 @@ class PluginTransport final : public net::Transport {
     waitActivityIdle(requests, n, listener, timeoutMs, 0);
   }
   void waitActivityIdle(void* const*, int, void*, int timeoutMs, int64_t idleNs) override {
-    const int64_t ns = net::idleNapNs(idleNs, std::max(1, timeoutMs) * int64_t{1000000});
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    ::nanosleep(&ts, nullptr);
+    sleepNs(net::idleNapNs(idleNs, std::max(1, timeoutMs) * int64_t{1000000}));
   }
 
   // The device runner's call on the posting thread: GPU memory that the comms will register

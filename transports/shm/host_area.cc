@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstddef>
 
+#include "src/core/clock.h"
 #include "src/core/fence.h"
 #include "src/core/params.h"
 
@@ -29,8 +30,7 @@ struct Header {
 };
 
 long futexWait(std::atomic<uint32_t>* addr, uint32_t val, int64_t timeoutUs) {
-  timespec ts{static_cast<time_t>(timeoutUs / 1000000),
-              static_cast<long>(timeoutUs % 1000000) * 1000};
+  const timespec ts = timespecOfNs(timeoutUs * 1000);
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, val, &ts, nullptr, 0);
 }
 
