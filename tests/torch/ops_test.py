@@ -128,6 +128,13 @@ def check_async(rank, n, gloo):
         w.wait()
     for i, t in enumerate(ts):
         same(t, torch.full((100 + i,), float(n * (n - 1) // 2 + n * i)), f"async #{i}")
+    # After wait(), the Future is done too (its value readable at once), as gloo's is.
+    late = 0
+    for i in range(300):
+        w = dist.all_reduce(torch.full((256,), float(i)), async_op=True)
+        w.wait()
+        late += 0 if w.get_future().done() else 1
+    expect(late == 0, f"the future was not done after wait() in {late} of 300 all_reduces")
 
 
 def check_coalesced(rank, n, gloo):

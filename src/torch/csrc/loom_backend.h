@@ -78,7 +78,7 @@ class LoomWork : public c10d::Work {
   void synchronize() override;
   // Worker, CUDA: the operation's end on the backend's stream (before complete()).
   void recordDone(const c10::Stream& stream);
-  // Called once by the worker: the Work, then its Future, are done (exception: failed). A CUDA
+  // Called once by the worker: the Future, then the Work, are done (exception: failed). A CUDA
   // operation's Future completes on the current stream (the worker holds the backend's).
   void complete(std::exception_ptr exception);
 
