@@ -34,6 +34,11 @@ LogConfig& config() {
   return *c;
 }
 
+// Made while the library loads, on the loading thread, rather than by whichever of Loom's threads
+// asks first: ThreadSanitizer, with PyTorch's uninstrumented modules ignored (tools/tsan_torch.sh),
+// missed the first asker's initialization and reported its later readers.
+[[maybe_unused]] const LogConfig& kLogConfigAtLoad = config();
+
 thread_local int tRank = -1;
 
 // setLogSink: the sink, and the level it wants while set.
