@@ -10,9 +10,13 @@
 #     (preloading the runtime into the stock python3 crashes at start). mp.spawn starts the ranks
 #     with it too (sys.executable).
 # Then runs tests/torch's tests with it: every operation against gloo (2 ranks), DDP, a send/recv
-# pipeline (4 ranks) and the failures (a dead rank, an abort). Only the instrumented code is
-# checked (ignore_noninstrumented_modules: PyTorch's own threads and atomics are invisible to the
-# sanitizer, and its interceptors would report them as races); any report fails the run.
+# pipeline (4 ranks) and the failures (a dead rank, an abort); and the CUDA path on the emulated
+# GPU (libloom-fakecuda.so and tests/torch's loom_emulated_gpu, built with the sanitizer too):
+# all_reduce on CUDA tensors with stream order at 2 ranks, an abort while a stream waits, a dead
+# peer. Only the instrumented code is checked (ignore_noninstrumented_modules: PyTorch's own
+# threads and atomics are invisible to the sanitizer, and its interceptors would report them as
+# races); threads left running by the tests' deliberate os._exit are not reported; any report
+# fails the run.
 #   tools/tsan_torch.sh                  # build and run (skips, saying why, without torch)
 # Used by tools/test.sh (the CI) after tools/tsan_check.sh, in the same build directory.
 set -euo pipefail
@@ -37,7 +41,7 @@ CXX=${CXX:-c++}
 
 OUT=$BUILD_DIR/tsan-torch
 rm -rf "$OUT" && mkdir -p "$OUT/python/loom_torch"
-BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS=loom "$ROOT/tools/build.sh" \
+BUILD_DIR=$BUILD_DIR OPT="-O1 -g1" TARGETS="loom loom_fakecuda" "$ROOT/tools/build.sh" \
   -DLOOM_SANITIZE=thread -DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_TORCH=OFF -DLOOM_WITH_CUDA=OFF \
   >"$OUT/libloom.log" 2>&1 || { tail -30 "$OUT/libloom.log"; exit 1; }
 
@@ -57,22 +61,34 @@ EOF
     --build-lib "$OUT/python" --build-temp "$OUT/build" >"$OUT/build.log" 2>&1) ||
   { tail -30 "$OUT/build.log"; exit 1; }
 cp "$ROOT/src/torch/loom_torch/__init__.py" "$OUT/python/loom_torch/"
+(cd "$ROOT/tests/torch" &&
+  CFLAGS="-fsanitize=thread -O1 -g" CXXFLAGS="-fsanitize=thread -O1 -g" LDFLAGS="-fsanitize=thread" \
+    MAX_JOBS=2 "$PY" emulated_gpu_setup.py -q build_ext --build-lib "$OUT/python" \
+    --build-temp "$OUT/build-egpu" >"$OUT/build-egpu.log" 2>&1) ||
+  { tail -30 "$OUT/build-egpu.log"; exit 1; }
+FAKECUDA=$BUILD_DIR/tests/device/fake_cuda/libloom-fakecuda.so
+GPU="LOOM_CUDA_LIB=$FAKECUDA LOOMTEST_FAKECUDA_DEVICES=1"
 
-export TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 report_thread_leaks=0 ${TSAN_OPTIONS:-}"
+# environment|test and arguments
 RUNS=(
-  "ops_test.py --nprocs 2"
-  "ddp_test.py --nprocs 2"
-  "pipeline_test.py --nprocs 4"
-  "failure_test.py --nprocs 2 --mode dead"
-  "failure_test.py --nprocs 2 --mode abort"
+  "|ops_test.py --nprocs 2"
+  "|ddp_test.py --nprocs 2"
+  "|pipeline_test.py --nprocs 4"
+  "|failure_test.py --nprocs 2 --mode dead"
+  "|failure_test.py --nprocs 2 --mode abort"
+  "$GPU|emulated_gpu_test.py --nprocs 2"
+  "$GPU|emulated_gpu_test.py --nprocs 2 --mode abort"
+  "$GPU|emulated_gpu_test.py --nprocs 2 --mode dead"
 )
 failed=0
-for run in "${RUNS[@]}"; do
+for entry in "${RUNS[@]}"; do
+  envs=${entry%%|*} run=${entry#*|}
   start=$SECONDS
   log=$OUT/$(echo "$run" | tr ' -' '__').log
   rc=0
   # shellcheck disable=SC2086
-  (cd "$ROOT/tests/torch" && PYTHONPATH="$OUT/python:." OMP_NUM_THREADS=1 \
+  (cd "$ROOT/tests/torch" && env $envs PYTHONPATH="$OUT/python:." OMP_NUM_THREADS=1 \
     timeout 600 "$OUT/python3-tsan" $run >"$log" 2>&1) || rc=$?
   reports=$(grep -c "WARNING: ThreadSanitizer" "$log" || true)
   printf 'tsan_torch: %-40s exit %d, %d report(s), %d s\n' "$run" "$rc" "$reports" \
