@@ -2,11 +2,11 @@
 # The whole test suite from nothing: installs dependencies, checks formatting, builds from scratch
 # with gcc (warnings are errors) and runs every test; then builds again with AddressSanitizer and
 # UndefinedBehaviorSanitizer (clang) and runs every test under them; then builds the transport,
-# executor and failure tests with ThreadSanitizer (clang) and runs them. Each stage's start is
-# logged with the minutes since the start.
+# executor and failure tests with ThreadSanitizer (clang) and runs them, and the PyTorch backend
+# under it. Each stage's start is logged with the minutes since the start.
 #   tools/test.sh                          # what CI runs
-#   SANITIZE=0 tools/test.sh               # skip both sanitizer stages
-#   TSAN=0 tools/test.sh                   # skip the ThreadSanitizer stage
+#   SANITIZE=0 tools/test.sh               # skip every sanitizer stage
+#   TSAN=0 tools/test.sh                   # skip the ThreadSanitizer stages
 #   SAN_CC=gcc tools/test.sh               # the sanitizer builds with gcc too
 #   CTEST_ARGS="-R Socket" tools/test.sh   # a subset
 set -euo pipefail
