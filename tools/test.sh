@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite from nothing: installs dependencies, checks formatting, builds from scratch
 # with gcc (warnings are errors) and runs every test; then builds again with AddressSanitizer and
-# UndefinedBehaviorSanitizer (clang) and runs every test under them; then builds the transport,
-# executor and failure tests with ThreadSanitizer (clang) and runs them, and the PyTorch backend
-# under it. Each stage's start is logged with the minutes since the start.
+# UndefinedBehaviorSanitizer (clang) and runs every test under them, and the PyTorch backend; then
+# builds the transport, executor and failure tests with ThreadSanitizer (clang) and runs them, and
+# the PyTorch backend under it. Each stage's start is logged with the minutes since the start.
 #   tools/test.sh                          # what CI runs
 #   SANITIZE=0 tools/test.sh               # skip every sanitizer stage
 #   TSAN=0 tools/test.sh                   # skip the ThreadSanitizer stages
@@ -52,7 +52,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
     export CC=clang CXX=clang++
   fi
   stage "build with AddressSanitizer + UndefinedBehaviorSanitizer (${CXX:-c++})"
-  # loom_torch is not built here: python3 would need the sanitizers' runtimes preloaded. -O1 -g1,
+  # loom_torch is not built here (tools/sanitize_torch.sh builds it after the tests). -O1 -g1,
   # as the sanitizers' authors advise: it compiles in half the time of -O2 -g under them (and
   # warnings, checked in the first stage, are not errors).
   BUILD_DIR=$ROOT/build-test-asan FRESH=1 OPT="-O1 -g1" "$ROOT/tools/build.sh" \
@@ -84,6 +84,10 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # (tests/collectives/CMakeLists.txt).
   run_ctest "$ROOT/build-test-asan" -E \
     '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
+  # loom_torch under the same sanitizers, in a python3 linked with them (tools/sanitize_torch.sh):
+  # every operation, an abort, CUDA tensors on the emulated GPU; about 1.5 minutes.
+  stage "AddressSanitizer + UndefinedBehaviorSanitizer: loom_torch"
+  BUILD_DIR=$ROOT/build-test-asan "$ROOT/tools/sanitize_torch.sh" address
 
   if [ "${TSAN:-1}" != 0 ]; then
     # ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths, ranks
@@ -93,9 +97,9 @@ if [ "${SANITIZE:-1}" != 0 ]; then
     BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
     # And over loom_torch with libloom (its worker thread, Works and Futures, abort, a dead rank,
     # CUDA tensors on the emulated GPU), in a python3 linked with the sanitizer
-    # (tools/tsan_torch.sh): about 3 minutes.
+    # (tools/sanitize_torch.sh): about 2 minutes.
     stage "ThreadSanitizer: loom_torch (${CXX:-c++})"
-    BUILD_DIR=$ROOT/build-test-tsan "$ROOT/tools/tsan_torch.sh"
+    BUILD_DIR=$ROOT/build-test-tsan "$ROOT/tools/sanitize_torch.sh" thread
   fi
 fi
 stage "done"

@@ -20,14 +20,23 @@
 #include <string>
 #include <unordered_map>
 
+// The emulated driver's own handle types (src/device/cuda_driver.h, which this extension cannot
+// include), so that every call through the pointers below has its callee's exact type
+// (UndefinedBehaviorSanitizer checks it: tools/sanitize_torch.sh).
+namespace loom::cuda {
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+}  // namespace loom::cuda
+
 namespace {
 
 using CUresult = int;
 using CUdevice = int;
-using CUcontext = void*;
-using CUstream = void*;
-using CUevent = void*;
-using CUdeviceptr = unsigned long long;
+using CUcontext = loom::cuda::CUctx_st*;
+using CUstream = loom::cuda::CUstream_st*;
+using CUevent = loom::cuda::CUevent_st*;
+using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver's type
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kNotReady = 600;
 constexpr unsigned kEventDisableTiming = 2;
@@ -110,18 +119,28 @@ class EmulatedGuard final : public c10::impl::DeviceGuardImplInterface {
       tDevice = d.index();
     }
   }
+  // A device without an index ("cuda", as PyTorch's flight recorder asks) is the current one,
+  // as PyTorch's own CUDA guard reads it.
+  static c10::DeviceIndex indexOf(c10::Device d) {
+    const c10::DeviceIndex i = d.has_index() ? d.index() : tDevice;
+    TORCH_CHECK(i >= 0 && i < drv().count, "loom_emulated_gpu: no device ", static_cast<int>(i));
+    return i;
+  }
   c10::Stream getStream(c10::Device d) const override {
-    const auto it = tCurrent.find(d.index());
-    return wrap(it == tCurrent.end() ? gDefault[d.index()] : it->second, d.index());
+    const c10::DeviceIndex i = indexOf(d);
+    const auto it = tCurrent.find(i);
+    return wrap(it == tCurrent.end() ? gDefault[i] : it->second, i);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return wrap(gDefault[d.index()], d.index());
+    const c10::DeviceIndex i = indexOf(d);
+    return wrap(gDefault[i], i);
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
-    enter(d.index());
+    const c10::DeviceIndex i = indexOf(d);
+    enter(i);
     CUstream s = nullptr;
     ok(drv().streamCreate(&s, 1), "cuStreamCreate");  // non-blocking, as PyTorch's pool streams
-    return wrap(s, d.index());
+    return wrap(s, i);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
     return getNewStream(d, 0);
