@@ -95,8 +95,8 @@ if [ "${SANITIZE:-1}" != 0 ]; then
     # stage above: about 8 minutes.
     stage "ThreadSanitizer: transports, bootstrap, executor, failures (${CXX:-c++})"
     BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
-    # And over loom_torch with libloom (its worker thread, Works and Futures, abort, a dead rank,
-    # CUDA tensors on the emulated GPU), in a python3 linked with the sanitizer
+    # And over loom_torch with libloom (its worker thread, Works and Futures, abort, CUDA tensors
+    # on the emulated GPU), in a python3 linked with the sanitizer
     # (tools/sanitize_torch.sh): about 2 minutes.
     stage "ThreadSanitizer: loom_torch (${CXX:-c++})"
     BUILD_DIR=$ROOT/build-test-tsan "$ROOT/tools/sanitize_torch.sh" thread
