@@ -35,8 +35,9 @@ LogConfig& config() {
 }
 
 // Made while the library loads, on the loading thread, rather than by whichever of Loom's threads
-// asks first: ThreadSanitizer, with PyTorch's uninstrumented modules ignored (tools/tsan_torch.sh),
-// missed the first asker's initialization and reported its later readers.
+// asks first: ThreadSanitizer, with PyTorch's uninstrumented modules ignored
+// (tools/sanitize_torch.sh), missed the first asker's initialization and reported its later
+// readers.
 [[maybe_unused]] const LogConfig& kLogConfigAtLoad = config();
 
 thread_local int tRank = -1;

@@ -430,8 +430,9 @@ Cache& cache() {
 }
 
 // Made while the library loads, on the loading thread, rather than by whichever of Loom's threads
-// asks first: ThreadSanitizer, with PyTorch's uninstrumented modules ignored (tools/tsan_torch.sh),
-// missed the first asker's initialization and reported its later readers.
+// asks first: ThreadSanitizer, with PyTorch's uninstrumented modules ignored
+// (tools/sanitize_torch.sh), missed the first asker's initialization and reported its later
+// readers.
 [[maybe_unused]] const Cache& kCacheAtLoad = cache();
 
 const std::pair<bool, std::string>& envOf(Cache& c, const Param* p) {
