@@ -12,15 +12,14 @@
 #     runtime into the stock python3 crashes at start). mp.spawn starts the ranks with it too
 #     (sys.executable).
 # Then runs tests/torch's tests with it, each with a deadline:
-#   thread:  every operation against gloo (2 ranks), DDP, a send/recv pipeline (4 ranks), an
-#            abort with an operation in flight; CUDA tensors on the emulated GPU (stream order at
-#            2 ranks, an abort while a stream waits; tools/tsan_check.sh runs Loom's killed-rank
-#            cases on both paths). Only the instrumented code is checked
+#   thread:  every operation against gloo (2 ranks), a send/recv pipeline (4 ranks), an abort
+#            with an operation in flight; CUDA tensors on the emulated GPU (stream order at 2
+#            ranks, an abort while a stream waits). Only the instrumented code is checked
 #            (ignore_noninstrumented_modules: PyTorch's own threads and atomics are invisible to
 #            the sanitizer, and its interceptors would report them as races); threads left running
 #            by the tests' deliberate os._exit are not reported.
-#   address: every operation against gloo (2 ranks), an abort, CUDA tensors on the emulated GPU:
-#            the paths that compute buffer sizes and hold tensors for the worker. No leak check
+#   address: every operation against gloo (2 ranks), CUDA tensors on the emulated GPU: the
+#            paths that compute buffer sizes and hold tensors for the worker. No leak check
 #            (Python and PyTorch keep their memory to the end).
 # Any report fails the run. Skips, saying why, without torch or python3-config. Used by
 # tools/test.sh (the CI) after its sanitizer stages, in their build directories.
@@ -101,7 +100,6 @@ GPU="LOOM_CUDA_LIB=$BUILD_DIR/tests/device/fake_cuda/libloom-fakecuda.so LOOMTES
 if [ "$SAN" = thread ]; then
   RUNS=(
     "|ops_test.py --nprocs 2"
-    "|ddp_test.py --nprocs 2"
     "|pipeline_test.py --nprocs 4"
     "|failure_test.py --nprocs 2 --mode abort"
     "$GPU|emulated_gpu_test.py --nprocs 2"
@@ -110,10 +108,12 @@ if [ "$SAN" = thread ]; then
 else
   RUNS=(
     "|ops_test.py --nprocs 2"
-    "|failure_test.py --nprocs 2 --mode abort"
     "$GPU|emulated_gpu_test.py --nprocs 2"
   )
 fi
+# Left out to keep CI under 40 minutes, clean when run by hand (stop 42): DDP and FSDP (their
+# hooks take the Futures ops_test's async cases take), a dead rank (tools/tsan_check.sh's
+# killed-rank cases), the 3-rank ops; under AddressSanitizer the abort, DDP and the pipeline.
 failed=0
 for entry in "${RUNS[@]}"; do
   envs=${entry%%|*} run=${entry#*|}
