@@ -85,7 +85,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   run_ctest "$ROOT/build-test-asan" -E \
     '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
   # loom_torch under the same sanitizers, in a python3 linked with them (tools/sanitize_torch.sh):
-  # every operation, CUDA tensors on the emulated GPU; about 1.5 minutes.
+  # every operation, CUDA tensors on the emulated GPU; 0.5 to 1.5 minutes (ccache warm or not).
   stage "AddressSanitizer + UndefinedBehaviorSanitizer: loom_torch"
   BUILD_DIR=$ROOT/build-test-asan "$ROOT/tools/sanitize_torch.sh" address
 
@@ -97,7 +97,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
     BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
     # And over loom_torch with libloom (its worker thread, Works and Futures, a pipeline, abort,
     # CUDA tensors on the emulated GPU), in a python3 linked with the sanitizer
-    # (tools/sanitize_torch.sh): about 2 minutes.
+    # (tools/sanitize_torch.sh): 1 to 2 minutes (ccache warm or not).
     stage "ThreadSanitizer: loom_torch (${CXX:-c++})"
     BUILD_DIR=$ROOT/build-test-tsan "$ROOT/tools/sanitize_torch.sh" thread
   fi
