@@ -12,7 +12,8 @@
 #    GPU, NVML facts, NUMA node and nearest NIC, on a GPU for the first time).
 # 3. Loom's reduction kernel against the device-to-device copy in one process (loom-device-bw,
 #    float32 and bfloat16 sum, 256 MiB): the target is a ratio >= 0.90.
-# 4. DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank), then
+# 4. DeviceCalls.* (bad device input, stream order, groups, destroy, abort, a killed rank, calls
+#    captured into CUDA graphs and replayed: on a real driver for the first time), then
 #    loom-perf all_reduce on device buffers at 1, 2 and 4 ranks on the one GPU (-c 1: every result
 #    checked; ranks of one GPU run in one pass over each other's buffers through CUDA IPC), the
 #    2-rank all_reduce staged through host memory beside it (LOOM_DEVICE_ONE_PASS=0), pipelined

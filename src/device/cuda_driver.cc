@@ -103,6 +103,11 @@ Driver* load() {
   may("cuMemGetHandleForAddressRange", &a.cuMemGetHandleForAddressRange);
   may("cuFuncLoad", &a.cuFuncLoad);
   may("cuFuncGetAttribute", &a.cuFuncGetAttribute);
+  may("cuStreamGetCaptureInfo_v2", &a.cuStreamGetCaptureInfo);
+  may("cuThreadExchangeStreamCaptureMode", &a.cuThreadExchangeStreamCaptureMode);
+  may("cuUserObjectCreate", &a.cuUserObjectCreate);
+  may("cuUserObjectRelease", &a.cuUserObjectRelease);
+  may("cuGraphRetainUserObject", &a.cuGraphRetainUserObject);
   if (!missing.empty()) {
     d->status =
         LOOM_ERROR(kCuda, "the CUDA driver {} lacks entry points Loom needs: {}", lib, missing);
@@ -132,6 +137,17 @@ const Driver& cudaDriver() {
 }
 
 Status cudaError(CUresult rc, const char* what) { return errorFrom(cudaDriver().api, rc, what); }
+
+RelaxedCapture::RelaxedCapture() {
+  const Driver& d = cudaDriver();
+  if (!d.ok() || d.api.cuThreadExchangeStreamCaptureMode == nullptr) return;
+  old_ = kCaptureModeRelaxed;
+  set_ = d.api.cuThreadExchangeStreamCaptureMode(&old_) == kSuccess;
+}
+
+RelaxedCapture::~RelaxedCapture() {
+  if (set_) cudaDriver().api.cuThreadExchangeStreamCaptureMode(&old_);
+}
 
 }  // namespace loom::cuda
 
@@ -166,6 +182,12 @@ static_assert(kPointerAttrRangeStart == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "
 static_assert(kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE, "cuda.h");
 static_assert(sizeof(int) == sizeof(CUpointer_attribute), "cuda.h");
 static_assert(kStreamWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ, "cuda.h");
+static_assert(kCaptureStatusActive == CU_STREAM_CAPTURE_STATUS_ACTIVE, "cuda.h");
+static_assert(kCaptureModeRelaxed == CU_STREAM_CAPTURE_MODE_RELAXED, "cuda.h");
+static_assert(sizeof(int) == sizeof(CUstreamCaptureMode), "cuda.h");
+static_assert(sizeof(int) == sizeof(CUstreamCaptureStatus), "cuda.h");
+static_assert(kUserObjectNoDestructorSync == CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, "cuda.h");
+static_assert(kGraphUserObjectMove == CU_GRAPH_USER_OBJECT_MOVE, "cuda.h");
 static_assert(kMemHostAllocDeviceMap == CU_MEMHOSTALLOC_DEVICEMAP, "cuda.h");
 static_assert(kMemHandleTypePosixFd == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, "cuda.h");
 static_assert(kMemRangeHandleTypeDmaBufFd == CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, "cuda.h");

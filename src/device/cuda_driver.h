@@ -27,11 +27,15 @@ struct CUstream_st;
 struct CUevent_st;
 struct CUmod_st;
 struct CUfunc_st;
+struct CUgraph_st;
+struct CUuserObject_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
+using CUgraph = CUgraph_st*;
+using CUuserObject = CUuserObject_st*;
 using CUmemGenericAllocationHandle = unsigned long long;  // NOLINT(runtime/int)
 using CUhostFn = void (*)(void* userData);
 
@@ -113,6 +117,9 @@ constexpr unsigned kMemHostAllocDeviceMap = 2;       // CU_MEMHOSTALLOC_DEVICEMA
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 constexpr int kCaptureStatusNone = 0;                // CU_STREAM_CAPTURE_STATUS_NONE
 constexpr int kCaptureStatusActive = 1;              // CU_STREAM_CAPTURE_STATUS_ACTIVE
+constexpr int kCaptureModeRelaxed = 2;               // CU_STREAM_CAPTURE_MODE_RELAXED
+constexpr unsigned kUserObjectNoDestructorSync = 1;  // CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOVE
 constexpr int kMemHandleTypePosixFd = 1;             // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 constexpr int kMemAllocationTypePinned = 1;          // CU_MEM_ALLOCATION_TYPE_PINNED
 constexpr int kMemLocationTypeDevice = 1;            // CU_MEM_LOCATION_TYPE_DEVICE
@@ -206,6 +213,16 @@ struct DriverApi {
   // Loading a function now (CUDA 12.4+), else asking an attribute of it, which also loads it.
   CUresult (*cuFuncLoad)(CUfunction fn);
   CUresult (*cuFuncGetAttribute)(int* value, int attrib, CUfunction fn);
+  // Stream capture into CUDA graphs (11.3+): a captured call's state lives in a user object that
+  // the graph owns.
+  CUresult (*cuStreamGetCaptureInfo)(CUstream stream, int* status, uint64_t* id, CUgraph* graph,
+                                     const void** deps, size_t* numDeps);  // _v2
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);
+  CUresult (*cuUserObjectCreate)(CUuserObject* obj, void* ptr, CUhostFn destroy,
+                                 unsigned initialRefcount, unsigned flags);
+  CUresult (*cuUserObjectRelease)(CUuserObject obj, unsigned count);
+  CUresult (*cuGraphRetainUserObject)(CUgraph graph, CUuserObject obj, unsigned count,
+                                      unsigned flags);
 };
 
 // The loaded driver.
@@ -222,6 +239,22 @@ struct Driver {
 // The driver, loaded and initialised on first use (never unloaded: unloading the CUDA driver after
 // cuInit is not supported). LOOM_CUDA_LIB chooses the library.
 const Driver& cudaDriver();
+
+// While alive, the calling thread may make the driver calls that a stream capture under way (in
+// another thread's GLOBAL mode, or its own) forbids: allocations, frees, synchronization
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED otherwise). Its capture mode is RELAXED meanwhile
+// (cuThreadExchangeStreamCaptureMode), as NCCL's allocations do; nothing where the driver lacks it.
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  int old_ = 0;
+  bool set_ = false;
+};
 
 // The message for a CUresult from a call named what: "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2):
 // out of memory", code Code::kCuda.

@@ -303,13 +303,6 @@ Status checkDevice(Comm* c, const OpArgs& a, loomStream_t stream, QueuedOp* q) {
                         "the stream belongs to CUDA device {} and the buffers to device {}", sdev,
                         dev);
     if (dev < 0) dev = sdev;
-    int capture = cuda::kCaptureStatusNone;
-    if (api.cuStreamIsCapturing(s, &capture) == cuda::kSuccess &&
-        capture != cuda::kCaptureStatusNone)
-      return LOOM_ERROR(kInvalidUsage,
-                        "the stream is being captured into a CUDA graph: Loom's calls on a stream "
-                        "hand off to a host thread and cannot be captured; make the call outside "
-                        "the capture");
   }
   if (dev >= 0 && c->runner() && c->runner()->device() != dev)
     return LOOM_ERROR(kInvalidArgument,

@@ -57,6 +57,74 @@ void reapRetired() {
 
 using StagePlan = DeviceRunner::StagePlan;
 
+// Host-mapped words for kept calls (one each: the graph's wait reads it, the runner writes it).
+// Never freed: a graph may be replayed after its communicator and runner are gone, and its wait
+// still reads the word. A word is reused once its kept call's graph is gone.
+class KeptWords {
+ public:
+  Result<std::atomic<uint64_t>*> take() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (free_.empty()) {
+      void* page = nullptr;
+      LOOM_CU(cuda::cudaDriver().api.cuMemHostAlloc(
+          &page, kPage, cuda::kMemHostAllocDeviceMap | cuda::kMemHostAllocPortable));
+      auto* words = new (page) std::atomic<uint64_t>[kPage / sizeof(uint64_t)];
+      for (size_t i = 0; i < kPage / sizeof(uint64_t); ++i) free_.push_back(&words[i]);
+    }
+    std::atomic<uint64_t>* w = free_.back();
+    free_.pop_back();
+    w->store(0, std::memory_order_relaxed);
+    return w;
+  }
+  void give(std::atomic<uint64_t>* w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    free_.push_back(w);
+  }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  std::mutex mu_;
+  std::vector<std::atomic<uint64_t>*> free_;
+};
+KeptWords& keptWords() {
+  static auto* w = new KeptWords();  // never destroyed: graphs may outlive main
+  return *w;
+}
+
+// Whether a job's streams are being captured into a CUDA graph (*captured), refusing what Loom
+// cannot keep for a graph.
+Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* captured) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  *captured = false;
+  size_t active = 0;
+  for (cuda::CUstream s : streams) {
+    int c = cuda::kCaptureStatusNone;
+    if (api.cuStreamIsCapturing(s, &c) != cuda::kSuccess || c == cuda::kCaptureStatusNone) continue;
+    if (c != cuda::kCaptureStatusActive)
+      return LOOM_ERROR(kInvalidUsage,
+                        "stream {} is in a capture that was invalidated "
+                        "(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): end it and capture again",
+                        static_cast<void*>(s));
+    ++active;
+  }
+  if (active == 0) return Status();
+  if (streams.size() > 1)
+    return LOOM_ERROR(kInvalidUsage,
+                      "a group's calls are on {} streams, {} of them being captured into a CUDA "
+                      "graph: Loom keeps the calls of a graph on one stream; put the group's calls "
+                      "on the capturing stream",
+                      streams.size(), active);
+  if (!api.cuStreamGetCaptureInfo || !api.cuUserObjectCreate || !api.cuUserObjectRelease ||
+      !api.cuGraphRetainUserObject)
+    return LOOM_ERROR(kInvalidUsage,
+                      "the stream is being captured into a CUDA graph, and this CUDA driver ({}) "
+                      "lacks graph user objects (CUDA 11.3 and later have them): make the call "
+                      "outside the capture",
+                      cuda::cudaDriver().version);
+  *captured = true;
+  return Status();
+}
+
 // A staging copy the driver refused, naming the buffer: a device buffer freed after an enqueued
 // call was made and before the stream reached it is the usual cause.
 Status copyFailed(cuda::CUresult rc, int rank, cuda::CUdeviceptr device, size_t bytes,
@@ -149,8 +217,31 @@ size_t planStaging(const std::vector<QueuedOp>& calls, int n, size_t chunkBytes,
 
 }  // namespace
 
+struct DeviceRunner::Port {
+  std::mutex mu;
+  DeviceRunner* runner = nullptr;  // null once the runner is going
+  std::vector<Kept*> live;         // kept calls whose graphs are alive
+  std::vector<Kept*> dead;         // gone while the runner lived: holds to release (reapKept)
+};
+
+struct DeviceRunner::Kept {
+  std::shared_ptr<Port> port;
+  int rank = 0;
+  std::vector<QueuedOp> calls;
+  std::vector<StagePlan> plans;
+  DeviceOnePass::Exported exported;
+  std::vector<void*> holds;  // the buffers' registrations (GPUDirect RDMA), released at reapKept
+  char* staging = nullptr;
+  size_t stagingBytes = 0;
+  std::atomic<uint64_t>* done = nullptr;  // 0 while a replay runs, 1 when it is done
+  std::atomic<bool> inFlight{false};
+};
+
 Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int device) {
+  cuda::RelaxedCapture relaxed;  // the first call may be made on a stream being captured
   std::unique_ptr<DeviceRunner> r(new DeviceRunner(comm, device));
+  r->port_ = std::make_shared<Port>();
+  r->port_->runner = r.get();
   LOOM_TRY(device::useDevice(device));
   reapRetired();
   // Loom's kernels are loaded here, before any call: loading waits for the device's other work,
@@ -186,12 +277,32 @@ Result<std::unique_ptr<DeviceRunner>> DeviceRunner::create(Comm* comm, int devic
 }
 
 DeviceRunner::~DeviceRunner() {
+  cuda::RelaxedCapture relaxed;
+  // Graphs reaching a kept call from now on find no runner (onReplay); the registrations of the
+  // kept calls go with the transport, here.
+  std::vector<void*> keptHolds;
+  std::vector<Kept*> gone;
+  if (port_) {
+    std::lock_guard<std::mutex> lk(port_->mu);
+    port_->runner = nullptr;
+    for (Kept* k : port_->live) {
+      keptHolds.insert(keptHolds.end(), k->holds.begin(), k->holds.end());
+      k->holds.clear();
+    }
+    gone.swap(port_->dead);
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (Kept* k : gone) {
+    keptHolds.insert(keptHolds.end(), k->holds.begin(), k->holds.end());
+    keptWords().give(k->done);
+    delete k;
+  }
+  for (void* h : keptHolds) comm_->transport()->releaseMemory(h);
   // Every job is finished now: their registrations go before the memory does.
   for (auto& job : holding_) releaseHolds(job.get());
   if (scratchHold_) comm_->transport()->releaseMemory(scratchHold_);
@@ -227,10 +338,16 @@ DeviceRunner::~DeviceRunner() {
 
 Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<QueuedOp> calls,
                                                               std::vector<cuda::CUstream> streams) {
+  // The allocations and synchronization below are forbidden while a stream capture is under way
+  // (this call's own, or another thread's in GLOBAL mode) unless this thread is RELAXED.
+  cuda::RelaxedCapture relaxed;
   auto job = std::make_shared<Job>();
   job->calls = std::move(calls);
   job->streams = std::move(streams);
   LOOM_TRY(device::useDevice(device_));
+  bool captured = false;
+  LOOM_TRY(capturedStreams(job->streams, &captured));
+  reapKept();
   // The driver's IPC calls here, not on the runner: the peers' handles a call found unopened,
   // and this call's own.
   onePass_->prepare();
@@ -239,6 +356,15 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
   LOOM_TRY(reserveStaging(job.get()));
   releaseFinishedHolds();
   LOOM_TRY(holdRegistrations(job.get()));
+  if (captured) {
+    Status kept = capture(job.get());
+    if (!kept.isOk()) {
+      releaseHolds(job.get());
+      return kept;
+    }
+    job->finished = true;  // nothing to wait for: the graph's replays run it
+    return job;
+  }
   Status queued = job->streams.empty() ? Status() : handOff(job.get());
   if (queued.isOk()) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -283,6 +409,137 @@ Status DeviceRunner::handOff(Job* job) {
     LOOM_CU(api.cuStreamWaitEvent(job->streams[i], ev, 0));
   }
   return Status();
+}
+
+Status DeviceRunner::capture(Job* job) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  cuda::CUstream s = job->streams[0];
+  auto k = std::make_unique<Kept>();
+  k->port = port_;
+  k->rank = comm_->rank();
+  k->calls = job->calls;
+  k->plans = job->plans;
+  k->exported = job->exported;
+  k->staging = job->staging;
+  k->stagingBytes = job->stagingBytes;
+  LOOM_ASSIGN(k->done, keptWords().take());
+  cuda::CUdeviceptr done = 0;
+  int status = cuda::kCaptureStatusNone;
+  cuda::CUgraph graph = nullptr;
+  cuda::CUuserObject obj = nullptr;
+  cuda::CUresult rc = api.cuMemHostGetDevicePointer(&done, k->done, 0);
+  if (rc == cuda::kSuccess)
+    rc = api.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr);
+  if (rc == cuda::kSuccess && (status != cuda::kCaptureStatusActive || graph == nullptr))
+    rc = cuda::kErrorStreamCaptureUnsupported;
+  if (rc == cuda::kSuccess)
+    rc = api.cuUserObjectCreate(&obj, k.get(), &onGraphGone, 1, cuda::kUserObjectNoDestructorSync);
+  if (rc != cuda::kSuccess) {
+    keptWords().give(k->done);
+    return cuda::cudaError(rc, "keeping a call for a CUDA graph")
+        .withContext(fmt::format("rank {}: the stream's capture", comm_->rank()));
+  }
+  Kept* kept = k.release();  // the user object's now: onGraphGone frees it
+  rc = api.cuGraphRetainUserObject(graph, obj, 1, cuda::kGraphUserObjectMove);
+  if (rc != cuda::kSuccess) {
+    api.cuUserObjectRelease(obj, 1);  // frees it (it holds no registrations yet)
+    return cuda::cudaError(rc, "cuGraphRetainUserObject");
+  }
+  {
+    std::lock_guard<std::mutex> lk(port_->mu);
+    kept->holds = std::move(job->holds);
+    job->holds.clear();
+    port_->live.push_back(kept);
+  }
+  // What the graph does where the call is: admit it, then wait until it is done. From here a
+  // failure leaves the kept call with the graph (freed with it), which the capture's error has
+  // made unusable.
+  LOOM_CU(api.cuLaunchHostFunc(s, &onReplay, kept));
+  if (signal_->memOps()) {
+    LOOM_CU(api.cuStreamWaitValue64(s, done, 1, cuda::kStreamWaitValueGeq));
+  } else {
+    LOOM_TRY(device::launchWaitFlag(s, reinterpret_cast<const uint64_t*>(done), 1));
+  }
+  LOOM_INFO(kSubColl, "rank {}: {} call(s) kept for the CUDA graph being captured on stream {}",
+            comm_->rank(), job->calls.size(), static_cast<void*>(s));
+  return Status();
+}
+
+void DeviceRunner::onReplay(void* p) {
+  auto* k = static_cast<Kept*>(p);
+  std::lock_guard<std::mutex> lk(k->port->mu);
+  DeviceRunner* r = k->port->runner;
+  if (r == nullptr) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      LOOM_WARN(
+          "rank {}: a CUDA graph reached a Loom call of a communicator that was destroyed: the "
+          "call does nothing, and the graph goes on",
+          k->rank);
+    k->done->store(1, std::memory_order_release);
+    return;
+  }
+  if (k->inFlight.exchange(true, std::memory_order_acq_rel)) {
+    // The replay still running releases this one's wait too (one word), having failed.
+    Status st = LOOM_ERROR(kInvalidUsage,
+                           "rank {}: a CUDA graph reached a Loom call that a launch of the same "
+                           "graph was still running (two executable graphs of it launched at "
+                           "once?): their calls have no order between ranks",
+                           k->rank);
+    LOOM_WARN("{}", st.message());
+    if (r->comm_->asyncError().isOk()) r->comm_->fail(st);
+    return;
+  }
+  k->done->store(0, std::memory_order_release);
+  r->admit(k);
+}
+
+void DeviceRunner::onGraphGone(void* p) {
+  auto* k = static_cast<Kept*>(p);
+  std::shared_ptr<Port> port = k->port;
+  {
+    std::lock_guard<std::mutex> lk(port->mu);
+    auto& live = port->live;
+    live.erase(std::remove(live.begin(), live.end(), k), live.end());
+    if (port->runner != nullptr && !k->holds.empty()) {
+      port->dead.push_back(k);  // the registrations go on the posting thread (reapKept)
+      return;
+    }
+  }
+  keptWords().give(k->done);
+  delete k;
+}
+
+void DeviceRunner::admit(Kept* k) {
+  auto job = std::make_shared<Job>();
+  job->calls = k->calls;
+  job->plans = k->plans;
+  job->exported = k->exported;
+  job->staging = k->staging;
+  job->stagingBytes = k->stagingBytes;
+  job->kept = k;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_) {
+      replays_.push_back(std::move(job));
+      cv_.notify_all();
+      return;
+    }
+  }
+  finish(job.get(), LOOM_ERROR(kInvalidUsage, "the communicator is being destroyed"));
+}
+
+void DeviceRunner::reapKept() {
+  std::vector<Kept*> dead;
+  {
+    std::lock_guard<std::mutex> lk(port_->mu);
+    dead.swap(port_->dead);
+  }
+  for (Kept* k : dead) {
+    for (void* h : k->holds) comm_->transport()->releaseMemory(h);
+    keptWords().give(k->done);
+    delete k;
+  }
 }
 
 Status DeviceRunner::holdRegistrations(Job* job) {
@@ -362,6 +619,10 @@ Status DeviceRunner::wait(const std::shared_ptr<Job>& job) {
 
 void DeviceRunner::finish(Job* job, Status st) {
   if (job->seq) signal_->release(job->seq);
+  if (job->kept) {  // the graph goes on (and may free the kept call) once the word is written
+    job->kept->inFlight.store(false, std::memory_order_release);
+    job->kept->done->store(1, std::memory_order_release);
+  }
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   for (cuda::CUevent ev : job->events) api.cuEventDestroy(ev);
   job->events.clear();
@@ -372,15 +633,29 @@ void DeviceRunner::finish(Job* job, Status st) {
 }
 
 void DeviceRunner::loop() {
+  // This thread synchronizes and queries while users' streams may be being captured.
+  cuda::RelaxedCapture relaxed;
   Status ctx = device::useDevice(device_);
+  // A replay a graph admitted (or null), taken under mu_.
+  auto takeReplay = [&]() -> std::shared_ptr<Job> {
+    if (replays_.empty()) return nullptr;
+    std::shared_ptr<Job> r = std::move(replays_.front());
+    replays_.pop_front();
+    return r;
+  };
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, nothing left
-      job = jobs_.front();
-      jobs_.pop_front();
+      cv_.wait(lk, [&] { return stop_ || !jobs_.empty() || !replays_.empty(); });
+      // A graph's replay first: it was admitted when its stream reached it, so every call still
+      // queued on that stream is behind it.
+      job = takeReplay();
+      if (!job) {
+        if (jobs_.empty()) return;  // stopping, nothing left
+        job = jobs_.front();
+        jobs_.pop_front();
+      }
       if (stop_) {
         lk.unlock();
         Status why = comm_->asyncError();
@@ -393,7 +668,8 @@ void DeviceRunner::loop() {
     }
     // The stream's own work before the call: no deadline (it may be long), but an abort, a
     // failure or destruction ends the wait, and so does a stream that can no longer get here (its
-    // context faulted: the driver dropped its work).
+    // context faulted: the driver dropped its work). Graphs' replays admitted meanwhile run
+    // meanwhile (they may be what the stream waits for).
     Status st = ctx;
     if (st.isOk() && job->seq) {
       int64_t napUs = 1;
@@ -413,6 +689,7 @@ void DeviceRunner::loop() {
             break;
           }
         }
+        std::shared_ptr<Job> replay;
         {
           std::lock_guard<std::mutex> lk(mu_);
           if (stop_) {
@@ -420,23 +697,33 @@ void DeviceRunner::loop() {
                             "the communicator was destroyed before its stream reached this call");
             break;
           }
+          replay = takeReplay();
+        }
+        if (replay) {
+          execute(replay.get(), ctx);
+          napUs = 1;
+          continue;
         }
         std::this_thread::sleep_for(std::chrono::microseconds(napUs));
         napUs = std::min<int64_t>(napUs * 2, 1000);
       }
     }
-    if (st.isOk()) {
-      Status failed = comm_->asyncError();
-      st = failed.isOk() ? run(*job) : failed;
-    }
-    if (!st.isOk() && st.code() != Code::kAborted && comm_->asyncError().isOk()) comm_->fail(st);
-    if (!st.isOk() && job->seq)
-      LOOM_WARN(
-          "rank {}: a call on a CUDA stream failed (the stream is released; "
-          "loomCommGetAsyncError reports it): {}",
-          comm_->rank(), st.message());
-    finish(job.get(), st);
+    execute(job.get(), st);
   }
+}
+
+void DeviceRunner::execute(Job* job, Status st) {
+  if (st.isOk()) {
+    Status failed = comm_->asyncError();
+    st = failed.isOk() ? run(*job) : failed;
+  }
+  if (!st.isOk() && st.code() != Code::kAborted && comm_->asyncError().isOk()) comm_->fail(st);
+  if (!st.isOk() && (job->seq || job->kept))
+    LOOM_WARN(
+        "rank {}: a call on a CUDA stream{} failed (the stream is released; "
+        "loomCommGetAsyncError reports it): {}",
+        comm_->rank(), job->kept ? " (a CUDA graph's)" : "", st.message());
+  finish(job, st);
 }
 
 Status DeviceRunner::reserveStaging(Job* job) {
@@ -512,8 +799,9 @@ Status DeviceRunner::run(Job& job) {
   // A call without a stream on device memory comes after the work already on the context's
   // default (legacy) stream, as NCCL's calls on stream 0 do: the caller may have just filled its
   // buffers there.
-  if (!job.seq && std::any_of(job.calls.begin(), job.calls.end(),
-                              [](const QueuedOp& q) { return q.inDevice || q.outDevice; })) {
+  if (!job.seq && !job.kept &&
+      std::any_of(job.calls.begin(), job.calls.end(),
+                  [](const QueuedOp& q) { return q.inDevice || q.outDevice; })) {
     const cuda::CUresult rc = cuda::cudaDriver().api.cuStreamSynchronize(nullptr);
     if (rc != cuda::kSuccess)
       return cuda::cudaError(rc, "cuStreamSynchronize")

@@ -23,6 +23,19 @@
 // network reading and writing the device buffers (runOnSchedule). The rest is staged (groups
 // whole).
 //
+// Calls made on a stream that is being captured into a CUDA graph are kept for the graph's
+// replays, as NCCL's are (its persistent plans): the capture records a host function and a wait on
+// the stream (src/device/stream_signal.h's memory operations or wait kernel, on a word of the
+// kept call's own). Each time the graph reaches the call, the host function admits it to the
+// runner; the runner runs it ahead of every call still waiting for its stream to reach it (on
+// one stream those are behind it) and writes the word, and the graph goes on. What the call
+// needs (its staging reservation, its buffers' registrations and IPC handles) is made at capture,
+// on the capturing thread; the kept call lives as long as the graph does (a CUDA user object the
+// graph owns). A graph replayed after its communicator is gone does nothing and is not blocked
+// (a warning says so). One stream per captured call or group; two launches of one graph at once
+// (two executable graphs of it on different streams) fail the communicator, as their calls would
+// have no order.
+//
 // Threads: once a communicator has a runner, every call on it runs on the runner thread (the
 // calling thread waits for a call without a stream), so one thread drives the communicator as the
 // executor requires. submit() follows the API's one-thread-per-communicator rule.
@@ -77,6 +90,10 @@ class DeviceRunner {
   Status reserveAhead();
 
   struct Job;
+  // A call (or group) captured into a CUDA graph, kept for its replays (device_runner.cc).
+  struct Kept;
+  // The runner as the kept calls' host functions and destructors reach it: outlives it.
+  struct Port;
   // Queues calls (one call, or a group's calls on this communicator) in issue order, with the
   // distinct user streams of the calls (none: the caller waits with wait()). With streams, the
   // calls are enqueued on them when this returns.
@@ -123,6 +140,7 @@ class DeviceRunner {
     std::vector<void*> holds;
     char* staging = nullptr;  // pinned memory reserved for the staging copies
     size_t stagingBytes = 0;
+    Kept* kept = nullptr;  // a graph's replay of a kept call: released through its word
     bool finished = false;
     Status status;
   };
@@ -150,6 +168,18 @@ class DeviceRunner {
   // Makes the device scratch at least bytes (geometrically); post's thread or the runner's.
   Status growScratch(size_t bytes);
   void finish(Job* job, Status st);
+  // Runs a job the runner has taken (st: why it may not run), then finishes it.
+  void execute(Job* job, Status st);
+  // post's path for a job on a stream being captured: keeps it for the graph's replays.
+  Status capture(Job* job);
+  // A graph reached kept call k: queues a replay of it (a host function, under the port's lock).
+  void admit(Kept* k);
+  // Releases what kept calls whose graphs are gone held (the posting thread).
+  void reapKept();
+  // The host function a graph runs where a kept call was captured (a Kept*).
+  static void onReplay(void* kept);
+  // The destructor of a kept call's user object: its graph and executable graphs are gone.
+  static void onGraphGone(void* kept);
   // The user's streams wait for the job (post).
   Status handOff(Job* job);
   // On the schedule path (GPUDirect RDMA), on the calling thread: registers with the network
@@ -189,7 +219,9 @@ class DeviceRunner {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> jobs_;
+  std::deque<std::shared_ptr<Job>> replays_;  // admitted by graphs: run before jobs_
   bool stop_ = false;
+  std::shared_ptr<Port> port_;
   std::thread thread_;
 };
 

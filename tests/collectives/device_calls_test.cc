@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -126,17 +127,8 @@ TEST(DeviceCalls, BadDeviceInputIsRefusedWithItsReason) {
     ADD_FAILURE() << "the driver library has no cuMemAllocManaged";
   }
 
-  // A stream being captured into a CUDA graph.
-  using SetCapturing = int (*)(void*, int);
   Stream s;
   ASSERT_NE(s.s, nullptr);
-  if (auto capture =
-          reinterpret_cast<SetCapturing>(driverSymbol("loomtest_fakecuda_set_capturing"))) {
-    ASSERT_EQ(capture(s.s, 1), 0);
-    refused(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s.s), loomInvalidUsage,
-            "captured into a CUDA graph");
-    ASSERT_EQ(capture(s.s, 0), 0);
-  }
 
   // A stream that is no stream any more (the emulator only: the real driver may crash on it).
   if (driverSymbol("loomtest_fakecuda_count")) {
@@ -382,6 +374,287 @@ TEST(DeviceCalls, AbortReleasesAStreamWaitingForAPeer) {
   EXPECT_EQ(loomCommAbort(tr.comm(0)), loomSuccess) << loomGetLastError();
   tr.release(0);
   EXPECT_EQ(api().cuStreamSynchronize(s.s), 0);
+}
+
+// The driver's stream capture and graph entry points (not in Loom's table: Loom keeps calls for
+// graphs; the application captures, instantiates and launches them). Null where the driver lacks
+// them.
+struct GraphApi {
+  using Begin = cuda::CUresult (*)(CUstream, int);
+  using End = cuda::CUresult (*)(CUstream, void**);
+  using Instantiate = cuda::CUresult (*)(void**, void*, unsigned long long);  // NOLINT
+  using Launch = cuda::CUresult (*)(void*, CUstream);
+  using Destroy = cuda::CUresult (*)(void*);
+  Begin begin = reinterpret_cast<Begin>(driverSymbol("cuStreamBeginCapture_v2"));
+  End end = reinterpret_cast<End>(driverSymbol("cuStreamEndCapture"));
+  Instantiate instantiate =
+      reinterpret_cast<Instantiate>(driverSymbol("cuGraphInstantiateWithFlags"));
+  Launch launch = reinterpret_cast<Launch>(driverSymbol("cuGraphLaunch"));
+  Destroy execDestroy = reinterpret_cast<Destroy>(driverSymbol("cuGraphExecDestroy"));
+  Destroy graphDestroy = reinterpret_cast<Destroy>(driverSymbol("cuGraphDestroy"));
+  bool ok() const {
+    return begin && end && instantiate && launch && execDestroy && graphDestroy &&
+           api().cuUserObjectCreate && api().cuGraphRetainUserObject;
+  }
+  static constexpr int kGlobal = 0, kThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_*
+
+  // Captures on s what record() enqueues, into an executable graph (*exec); the error, or "".
+  std::string capture(CUstream s, int mode, const std::function<std::string()>& record,
+                      void** exec) const {
+    *exec = nullptr;
+    if (begin(s, mode) != 0) return "cuStreamBeginCapture failed";
+    std::string e = record();
+    void* graph = nullptr;
+    const cuda::CUresult rc = end(s, &graph);  // ended even when record failed
+    if (e.empty() && rc != 0) e = "cuStreamEndCapture: " + std::to_string(rc);
+    if (e.empty() && instantiate(exec, graph, 0) != 0) e = "cuGraphInstantiate failed";
+    if (graph) graphDestroy(graph);  // the executable graph keeps what it needs
+    return e;
+  }
+};
+
+#define SKIP_WITHOUT_GRAPHS(g)                                     \
+  if (!(g).ok())                                                   \
+  GTEST_SKIP() << "the CUDA driver " << cuda::cudaDriver().library \
+               << " lacks stream capture or graph user objects (CUDA 11.3 and later)"
+
+// Ranks (threads) meeting at a point: each arrives, then waits for all (at most 60 s).
+struct Meeting {
+  explicit Meeting(int n) : n_(n) {}
+  bool arrive() {
+    ++arrived_;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (arrived_ < n_) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0};
+};
+
+// Whether every value of v is want; else a line naming the first that is not.
+std::string allEqual(const std::vector<float>& v, float want, const char* what) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != want)
+      return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+             ", expected " + std::to_string(want);
+  return "";
+}
+
+// An AllReduce captured into a CUDA graph (in GLOBAL mode, the default of cudaStreamBeginCapture
+// and torch.cuda.graph), with a copy of its output after it: nothing runs at capture; each launch
+// reduces the inputs as they are then, and the copy after the call sees the sums. The kept calls
+// go with their graphs (the emulator's count of user objects).
+TEST(DeviceCalls, GraphReplaysACapturedCallWithEachLaunchsValues) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  const int nranks = 2;
+  ThreadRanks tr(nranks);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t n = 4096;
+  const long long objectsBefore = loomtest::fakeCudaCount("user_objects");
+  Meeting allocated(nranks), captured(nranks);
+  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    (void)loom::device::useDevice(0);
+    // Everything allocated before any capture: a capture in GLOBAL mode forbids allocating and
+    // synchronizing on every thread.
+    DevBuf in(n * 4), out(n * 4), copy(n * 4);
+    Stream s, probe;
+    const std::vector<float> poison(n, -1.0f);
+    if (!in.ok() || !out.ok() || !copy.ok() || !s.s || !probe.s || !out.put(poison) ||
+        !copy.put(poison))
+      return "setup failed";
+    if (!allocated.arrive()) return "the ranks did not meet";
+    void* exec = nullptr;
+    std::string e = g.capture(
+        s.s, GraphApi::kGlobal,
+        [&]() -> std::string {
+          loomResult_t r = loomAllReduce(in.ptr(), out.ptr(), n, loomFloat32, loomSum, comm, s.s);
+          if (r != loomSuccess) return "the captured call: " + outcome(r);
+          if (api().cuMemcpyAsync(copy.p, out.p, n * 4, s.s) != 0)
+            return "the copy after it failed";
+          return "";
+        },
+        &exec);
+    if (!captured.arrive() && e.empty()) e = "the ranks did not meet";
+    if (e.empty() && out.get(n, probe.s) != poison) e = "the call ran when it was captured";
+    for (int launch = 1; launch <= 3 && e.empty(); ++launch) {
+      if (!in.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch)))) {
+        e = "upload failed";
+        break;
+      }
+      if (g.launch(exec, s.s) != 0 || api().cuStreamSynchronize(s.s) != 0) {
+        e = "launch " + std::to_string(launch) + " failed";
+        break;
+      }
+      const float want = static_cast<float>(launch * nranks * (nranks + 1) / 2);
+      e = allEqual(out.get(n, probe.s), want, "output");
+      if (e.empty()) e = allEqual(copy.get(n, probe.s), want, "the copy after the call");
+      if (!e.empty()) e = "launch " + std::to_string(launch) + ": " + e;
+    }
+    if (exec) g.execDestroy(exec);
+    loomResult_t async = loomSuccess;
+    loomCommGetAsyncError(comm, &async);
+    if (e.empty() && async != loomSuccess) e = "async error: " + outcome(async);
+    return e.empty() ? "" : "rank " + std::to_string(rank) + ": " + e;
+  });
+  EXPECT_EQ(err, "");
+  if (objectsBefore >= 0) {
+    EXPECT_EQ(loomtest::fakeCudaCount("user_objects"), objectsBefore)
+        << "a kept call outlived its graph";
+  }
+}
+
+// A graph's call and eager calls on one stream run in the stream's order, whichever was made
+// first: an eager call made after the graph's launch (while the stream is held before it) waits
+// for the graph's call, and one made before the launch runs first. Every sum is right.
+TEST(DeviceCalls, GraphAndEagerCallsOnOneStreamRunInTheStreamsOrder) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  const int nranks = 2;
+  ThreadRanks tr(nranks);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t n = 2048;
+  Meeting allocated(nranks), captured(nranks);
+  std::vector<Gate> gates(2 * nranks);
+  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    (void)loom::device::useDevice(0);
+    DevBuf a(n * 4), ra(n * 4), b(n * 4), rb(n * 4);
+    Stream s, probe;
+    if (!a.ok() || !ra.ok() || !b.ok() || !rb.ok() || !s.s || !probe.s) return "setup failed";
+    if (!allocated.arrive()) return "the ranks did not meet";
+    void* exec = nullptr;
+    std::string e = g.capture(
+        s.s, GraphApi::kThreadLocal,
+        [&]() -> std::string {
+          loomResult_t r = loomAllReduce(a.ptr(), ra.ptr(), n, loomFloat32, loomSum, comm, s.s);
+          return r == loomSuccess ? "" : "the captured call: " + outcome(r);
+        },
+        &exec);
+    if (!captured.arrive() && e.empty()) e = "the ranks did not meet";
+    const float sum = static_cast<float>(nranks * (nranks + 1) / 2);
+    for (int round = 0; round < 2 && e.empty(); ++round) {
+      const bool graphFirst = round == 0;
+      const float scale = static_cast<float>(round + 1);
+      if (!a.put(std::vector<float>(n, scale * static_cast<float>(rank + 1))) ||
+          !b.put(std::vector<float>(n, 10.0f * scale * static_cast<float>(rank + 1)))) {
+        e = "upload failed";
+        break;
+      }
+      Gate& gate = gates[2 * rank + round];
+      if (!gate.close(s.s)) e = "cuLaunchHostFunc failed";
+      auto eager = [&] {
+        loomResult_t r = loomAllReduce(b.ptr(), rb.ptr(), n, loomFloat32, loomSum, comm, s.s);
+        if (r != loomSuccess && e.empty()) e = "the eager call: " + outcome(r);
+      };
+      if (!graphFirst) eager();
+      if (e.empty() && g.launch(exec, s.s) != 0) e = "cuGraphLaunch failed";
+      if (graphFirst) eager();
+      gate.open = true;
+      if (api().cuStreamSynchronize(s.s) != 0 && e.empty()) e = "cuStreamSynchronize failed";
+      if (e.empty()) e = allEqual(ra.get(n, probe.s), scale * sum, "the graph's output");
+      if (e.empty()) e = allEqual(rb.get(n, probe.s), 10.0f * scale * sum, "the eager output");
+      if (!e.empty()) e = (graphFirst ? "graph first: " : "eager first: ") + e;
+    }
+    if (exec) g.execDestroy(exec);
+    return e.empty() ? "" : "rank " + std::to_string(rank) + ": " + e;
+  });
+  EXPECT_EQ(err, "");
+}
+
+// A graph launched after its communicator was destroyed: the kept call does nothing, the graph
+// goes on (the work after the call runs), and nothing faults.
+TEST(DeviceCalls, GraphOfADestroyedCommunicatorGoesOnWithoutTheCall) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 1024;
+  DevBuf a(n * 4), b(n * 4);
+  Stream s;
+  ASSERT_TRUE(a.ok() && b.ok() && s.s);
+  const std::vector<float> poison(n, -1.0f);
+  ASSERT_TRUE(a.put(std::vector<float>(n, 4.0f)) && b.put(poison));
+  std::atomic<bool> after{false};
+  void* exec = nullptr;
+  auto record = [&]() -> std::string {
+    loomResult_t r = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, tr.comm(0), s.s);
+    if (r != loomSuccess) return outcome(r);
+    auto mark = [](void* p) { static_cast<std::atomic<bool>*>(p)->store(true); };
+    return api().cuLaunchHostFunc(s.s, mark, &after) == 0 ? "" : "cuLaunchHostFunc failed";
+  };
+  ASSERT_EQ(g.capture(s.s, GraphApi::kGlobal, record, &exec), "");
+  const long long faultsBefore = loomtest::fakeCudaCount("faults");
+  EXPECT_EQ(loomCommDestroy(tr.comm(0)), loomSuccess) << loomGetLastError();
+  tr.release(0);
+  ASSERT_EQ(g.launch(exec, s.s), 0);
+  EXPECT_EQ(api().cuStreamSynchronize(s.s), 0);
+  EXPECT_TRUE(after) << "the work after the kept call did not run";
+  EXPECT_EQ(b.get(n), poison) << "a destroyed communicator's kept call ran";
+  EXPECT_EQ(loomtest::fakeCudaCount("faults"), faultsBefore);
+  g.execDestroy(exec);
+}
+
+// What Loom cannot keep for a graph is refused with the reason: a group whose calls are on two
+// streams of which one is being captured, and a capture that was invalidated.
+TEST(DeviceCalls, GraphCapturesLoomCannotKeepAreRefusedWithTheirReason) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  ThreadRanks tr(1);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  loomComm_t comm = tr.comm(0);
+  ASSERT_TRUE(loom::device::useDevice(0).isOk());
+  const size_t n = 1024;
+  DevBuf a(n * 4), b(n * 4), c(n * 4), d(n * 4);
+  Stream s1, s2;
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok() && s1.s && s2.s);
+  void* graph = nullptr;
+  ASSERT_EQ(g.begin(s1.s, GraphApi::kThreadLocal), 0);
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s), loomSuccess);
+  ASSERT_EQ(loomAllReduce(c.ptr(), d.ptr(), n, loomFloat32, loomSum, comm, s2.s), loomSuccess);
+  loomResult_t r = loomGroupEnd();
+  EXPECT_EQ(r, loomInvalidUsage);
+  EXPECT_NE(std::string(loomGetLastError()).find("being captured into a CUDA graph"),
+            std::string::npos)
+      << loomGetLastError();
+  // Synchronizing a capturing stream invalidates its capture.
+  EXPECT_NE(api().cuStreamSynchronize(s1.s), 0);
+  r = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s);
+  EXPECT_EQ(r, loomInvalidUsage);
+  EXPECT_NE(std::string(loomGetLastError()).find("invalidated"), std::string::npos)
+      << loomGetLastError();
+  EXPECT_NE(g.end(s1.s, &graph), 0);
+  EXPECT_EQ(graph, nullptr);
+  // The communicator still works.
+  ASSERT_TRUE(a.put(std::vector<float>(n, 3.0f)));
+  ASSERT_EQ(loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s), loomSuccess)
+      << loomGetLastError();
+  EXPECT_EQ(b.get(n, s1.s), std::vector<float>(n, 3.0f));
+}
+
+// Ranks as processes, each capturing an AllReduce into a graph of its own (GLOBAL mode) and
+// launching it between eager calls: every result right; once the eager call has opened the peers'
+// buffers the replays take the one pass (worker mode "devgraph").
+TEST(DeviceCalls, GraphOfRanksAsProcessesReplaysStagedThenInOnePass) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  if (!driverSymbol("loomtest_fakecuda_count"))
+    GTEST_SKIP() << "needs the emulated device's counters; the driver is "
+                 << cuda::cudaDriver().library;
+  WorkerResult res = runWorkers(3, "devgraph", {{"LOOM_DEVICE_ONE_PASS", "2"}});
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(res.exitedWith(r, 0)) << "rank " << r << ": " << res.describe(r);
 }
 
 // Ranks as processes on device buffers with streams: rank 1 is killed; the survivors' streams are
@@ -1047,6 +1320,63 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
             rank, dev, on ? "on" : "off", maps, launches);
     if (on ? (maps < 2 || launches < 2) : (maps != 0 || launches != 0)) return 6;
     return 0;
+  }
+  if (mode == "devgraph") {
+    // GraphOfRanksAsProcesses...: an AllReduce captured in GLOBAL mode, launched twice, an eager
+    // call on the same buffers, launched twice again; every element checked after each. Between
+    // processes a replay that finds the peers' buffers unopened is staged (the runner opens
+    // nothing); the eager call's post opens them, and the replays after it take the one pass
+    // (kernels of Loom's).
+    GraphApi g;
+    if (!g.ok()) return 30;
+    const size_t big = size_t(1) << 18;
+    DevBuf a(big * 4), b(big * 4);
+    Stream gs;
+    if (!a.ok() || !b.ok() || !gs.s) return 21;
+    void* exec = nullptr;
+    const std::string captured = g.capture(
+        gs.s, GraphApi::kGlobal,
+        [&]() -> std::string {
+          loomResult_t r = loomAllReduce(a.ptr(), b.ptr(), big, loomFloat32, loomSum, comm, gs.s);
+          return r == loomSuccess ? "" : outcome(r);
+        },
+        &exec);
+    if (!captured.empty()) {
+      fprintf(stderr, "rank %d: capture: %s\n", rank, captured.c_str());
+      return 31;
+    }
+    long long launches0 = 0;
+    for (int round = 1; round <= 5; ++round) {
+      const bool eager = round == 3;
+      std::vector<float> mine(big);
+      for (size_t i = 0; i < big; ++i) mine[i] = static_cast<float>(round * (rank + 1) + i % 3);
+      if (!a.put(mine)) return 21;
+      if (round == 4) launches0 = loomtest::fakeCudaCount("kernel_launches");
+      if (eager ? loomAllReduce(a.ptr(), b.ptr(), big, loomFloat32, loomSum, comm, gs.s) !=
+                      loomSuccess
+                : g.launch(exec, gs.s) != 0)
+        return failedNaming(eager ? "eager allreduce" : "cuGraphLaunch", "");
+      std::vector<float> got = b.get(big, gs.s);
+      for (size_t i = 0; i < big; ++i) {
+        const float want =
+            static_cast<float>(round * n * (n + 1) / 2 + n * static_cast<int>(i % 3));
+        if (got[i] != want) {
+          fprintf(stderr, "rank %d: round %d (%s): element %zu is %g, expected %g\n", rank, round,
+                  eager ? "eager" : "graph", i, got[i], want);
+          return 1;
+        }
+      }
+    }
+    const long long launches = loomtest::fakeCudaCount("kernel_launches") - launches0;
+    g.execDestroy(exec);
+    loomResult_t async = loomSuccess;
+    loomCommGetAsyncError(comm, &async);
+    fprintf(stderr,
+            "rank %d: 4 replays and 1 eager call right; kernel_launches +%lld in the last "
+            "2 replays; async %s\n",
+            rank, launches, loomGetErrorString(async));
+    if (async != loomSuccess) return 5;
+    return launches >= 2 ? 0 : 6;  // the one pass's kernels
   }
   fprintf(stderr, "unknown device worker mode %s\n", mode.c_str());
   return 12;

@@ -26,6 +26,10 @@ TEST(FakeCudaLoader, LoadsThroughLoomsLoader) {
   EXPECT_NE(d.api.cuIpcOpenMemHandle, nullptr);
   EXPECT_NE(d.api.cuMemCreate, nullptr);
   EXPECT_NE(d.api.cuMemGetHandleForAddressRange, nullptr);
+  EXPECT_NE(d.api.cuStreamGetCaptureInfo, nullptr);
+  EXPECT_NE(d.api.cuThreadExchangeStreamCaptureMode, nullptr);
+  EXPECT_NE(d.api.cuUserObjectCreate, nullptr);
+  EXPECT_NE(d.api.cuGraphRetainUserObject, nullptr);
 }
 
 TEST(FakeCudaLoader, DevicesAreSm90) {
@@ -484,6 +488,127 @@ TEST_F(FakeCudaStreams, CaptureIsReportedAndNeverSilent) {
   EXPECT_CU(kSuccess, a.cuStreamSynchronize(s));
   EXPECT_EQ(w[0], 0u);
   EXPECT_GE(counter("captured_ops"), 1);
+}
+
+// The capture and graph entry points Loom's table does not hold (the application's).
+struct Graphs {
+  void* lib = ::dlopen(LOOMTEST_FAKECUDA_LIB, RTLD_NOW | RTLD_NOLOAD);
+  template <class F>
+  F sym(const char* name) const {
+    return reinterpret_cast<F>(::dlsym(lib, name));
+  }
+  CUresult (*begin)(CUstream, int) = sym<decltype(begin)>("cuStreamBeginCapture_v2");
+  CUresult (*end)(CUstream, void**) = sym<decltype(end)>("cuStreamEndCapture");
+  CUresult (*instantiate)(void**, void*, unsigned long long) =  // NOLINT(runtime/int)
+      sym<decltype(instantiate)>("cuGraphInstantiateWithFlags");
+  CUresult (*launch)(void*, CUstream) = sym<decltype(launch)>("cuGraphLaunch");
+  CUresult (*execDestroy)(void*) = sym<decltype(execDestroy)>("cuGraphExecDestroy");
+  CUresult (*graphDestroy)(void*) = sym<decltype(graphDestroy)>("cuGraphDestroy");
+};
+
+struct Counted {
+  static void bump(void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); }
+};
+
+// A capture records the stream's work without running it; each launch of the executable graph
+// runs it again, in order, on the launch stream; a user object the graph owns is destroyed once
+// the graph and its executable graph are gone and the launches have run (its destructor may not
+// call the driver).
+TEST_F(FakeCudaStreams, CapturedWorkRunsAtEachLaunchAndUserObjectsGoWithTheGraph) {
+  const DriverApi& a = cu();
+  Graphs g;
+  ASSERT_TRUE(g.begin && g.end && g.instantiate && g.launch && g.execDestroy && g.graphDestroy);
+  CUstream s = stream(), other = stream();
+  uint64_t* w = hostAlloc(64);
+  std::atomic<int> ran{0}, destroyed{0};
+  EXPECT_CU(kErrorStreamCaptureUnsupported, g.begin(nullptr, 0));  // the NULL stream
+  ASSERT_CU_OK(g.begin(s, 1));
+  EXPECT_CU(401, g.begin(s, 1));  // CUDA_ERROR_ILLEGAL_STATE: already capturing
+  ASSERT_CU_OK(a.cuLaunchHostFunc(s, &Counted::bump, &ran));
+  ASSERT_CU_OK(a.cuStreamWriteValue64(s, dev(&w[0]), 7, 0));
+  int status = -1;
+  uint64_t id = 0;
+  cuda::CUgraph graph = nullptr;
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo(s, &status, &id, &graph, nullptr, nullptr));
+  EXPECT_EQ(status, kCaptureStatusActive);
+  EXPECT_NE(id, 0u);
+  ASSERT_NE(graph, nullptr);
+  cuda::CUuserObject obj = nullptr;
+  EXPECT_CU(kErrorInvalidValue, a.cuUserObjectCreate(&obj, &destroyed, &Counted::bump, 1, 0));
+  ASSERT_CU_OK(
+      a.cuUserObjectCreate(&obj, &destroyed, &Counted::bump, 1, kUserObjectNoDestructorSync));
+  ASSERT_CU_OK(a.cuGraphRetainUserObject(graph, obj, 1, kGraphUserObjectMove));
+  void* ended = nullptr;
+  ASSERT_CU_OK(g.end(s, &ended));
+  EXPECT_EQ(ended, static_cast<void*>(graph));
+  EXPECT_EQ(ran.load(), 0) << "captured work ran";
+  EXPECT_EQ(w[0], 0u);
+  void* exec = nullptr;
+  ASSERT_CU_OK(g.instantiate(&exec, ended, 0));
+  ASSERT_CU_OK(g.graphDestroy(ended));
+  EXPECT_EQ(destroyed.load(), 0) << "the executable graph holds the user object";
+  for (int i = 1; i <= 3; ++i) {
+    w[0] = 0;
+    ASSERT_CU_OK(g.launch(exec, i % 2 ? s : other));
+    ASSERT_CU_OK(a.cuStreamSynchronize(i % 2 ? s : other));
+    EXPECT_EQ(ran.load(), i);
+    EXPECT_EQ(w[0], 7u);
+  }
+  EXPECT_EQ(counter("graph_launches") >= 3, true);
+  ASSERT_CU_OK(g.execDestroy(exec));
+  EXPECT_EQ(destroyed.load(), 1);
+  EXPECT_CU(kErrorInvalidValue, a.cuUserObjectRelease(obj, 1));  // gone with its last reference
+  EXPECT_CU(kErrorInvalidValue, g.launch(exec, s));
+}
+
+// Capture modes as the driver has them: while a thread captures in GLOBAL mode, every thread in
+// GLOBAL mode is refused allocations and synchronization; RELAXED (cuThreadExchangeStreamCapture
+// Mode) may; a THREAD_LOCAL capture binds only its own thread; a capture in another mode than
+// RELAXED ends on the thread that began it; a synchronized capturing stream invalidates it.
+TEST_F(FakeCudaStreams, CaptureModesForbidUnsafeCallsAsTheDriverDoes) {
+  const DriverApi& a = cu();
+  Graphs g;
+  CUstream s = stream(), other = stream();
+  auto fromAnotherThread = [&](int mode) {
+    CUresult rc = -1;
+    std::thread t([&] {
+      a.cuCtxSetCurrent(ctx_);
+      int m = mode;
+      a.cuThreadExchangeStreamCaptureMode(&m);
+      CUdeviceptr p = 0;
+      rc = a.cuMemAlloc(&p, 4096);
+      if (rc == kSuccess) rc = a.cuMemFree(p);
+      if (rc == kSuccess) rc = a.cuStreamSynchronize(other);
+    });
+    t.join();
+    return rc;
+  };
+  ASSERT_CU_OK(g.begin(s, 0));  // GLOBAL
+  EXPECT_CU(kErrorStreamCaptureUnsupported, fromAnotherThread(0));
+  EXPECT_CU(kSuccess, fromAnotherThread(1));  // THREAD_LOCAL: another thread's capture is no bar
+  EXPECT_CU(kSuccess, fromAnotherThread(2));  // RELAXED
+  void* ended = nullptr;
+  CUresult wrong = -1;
+  std::thread([&] { wrong = g.end(s, &ended); }).join();
+  EXPECT_CU(908, wrong);  // CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+  EXPECT_CU(kErrorStreamCaptureUnsupported, a.cuStreamSynchronize(s));  // invalidates it
+  EXPECT_CU(901, g.end(s, &ended));
+  EXPECT_EQ(ended, nullptr);
+  EXPECT_CU(kSuccess, fromAnotherThread(0));  // no capture any more
+  ASSERT_CU_OK(g.begin(s, 1));                // THREAD_LOCAL: its own thread only
+  CUdeviceptr p = 0;
+  EXPECT_CU(kErrorStreamCaptureUnsupported, a.cuMemAlloc(&p, 4096));
+  EXPECT_CU(kSuccess, fromAnotherThread(0));
+  int m = 2;
+  ASSERT_CU_OK(a.cuThreadExchangeStreamCaptureMode(&m));
+  EXPECT_EQ(m, 0);
+  ASSERT_CU_OK(a.cuMemAlloc(&p, 4096));
+  ASSERT_CU_OK(a.cuMemFree(p));
+  ASSERT_CU_OK(a.cuThreadExchangeStreamCaptureMode(&m));
+  EXPECT_EQ(m, 2);
+  ASSERT_CU_OK(g.end(s, &ended));
+  ASSERT_NE(ended, nullptr);
+  ASSERT_CU_OK(g.graphDestroy(ended));
 }
 
 class FakeCudaVmm : public FakeCudaTest {};

@@ -48,6 +48,7 @@ extern "C" {
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   FAKECUDA_ENTRY();
   if (dptr == nullptr || bytes == 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(captureForbids());
   FAKECUDA_TRY(waitForMappingLock("cuMemAlloc"));
   return inContext([&](Context* c) {
     const size_t span = roundUp(bytes, kGranularity);
@@ -64,6 +65,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
   FAKECUDA_ENTRY();
+  FAKECUDA_TRY(captureForbids());
   return inContext([&](Context* c) {
     if (dptr == 0) return kSuccess;
     if (!space().inArena(dptr)) {  // managed memory, else not the driver's
@@ -86,6 +88,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) {
   FAKECUDA_ENTRY();
   if (pp == nullptr || bytes == 0 || (flags & ~kHostAllocFlags) != 0) return kErrorInvalidValue;
+  FAKECUDA_TRY(captureForbids());
   FAKECUDA_TRY(waitForMappingLock("cuMemHostAlloc"));
   return inContext([&](Context* c) {
     void* p = ::mmap(nullptr, roundUp(bytes, pageSize()), PROT_READ | PROT_WRITE,
@@ -116,6 +119,7 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
 
 CUresult cuMemFreeHost(void* p) {
   FAKECUDA_ENTRY();
+  FAKECUDA_TRY(captureForbids());
   return guarded([&] {
     std::shared_ptr<HostRegion> h = space().findHost(reinterpret_cast<uintptr_t>(p));
     if (h != nullptr && h->managed) return kErrorInvalidValue;  // cuMemFree's

@@ -85,12 +85,20 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
 
 CUresult cuStreamSynchronize(CUstream stream) {
   FAKECUDA_ENTRY();
-  return onStream(stream, false, [&](Stream* s) { return s->synchronize(); });
+  return onStream(stream, false, [&](Stream* s) {
+    // A capturing stream's own answer (the capture is invalidated), else what captures forbid.
+    if (s->capture.load() == kCaptureStatusNone) FAKECUDA_TRY(captureForbids());
+    return s->synchronize();
+  });
 }
 
 CUresult cuStreamQuery(CUstream stream) {
   FAKECUDA_ENTRY();
-  return onStream(stream, false, [&](Stream* s) { return s->query(); });
+  return onStream(stream, false, [&](Stream* s) {
+    // A capturing stream's own answer (the capture is invalidated), else what captures forbid.
+    if (s->capture.load() == kCaptureStatusNone) FAKECUDA_TRY(captureForbids());
+    return s->query();
+  });
 }
 
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
@@ -156,6 +164,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
 
 CUresult cuEventQuery(CUevent event) {
   FAKECUDA_ENTRY();
+  FAKECUDA_TRY(captureForbids());
   return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     FAKECUDA_TRY(e->ctx->error());
     std::lock_guard<std::mutex> lk(e->mu);
@@ -165,6 +174,7 @@ CUresult cuEventQuery(CUevent event) {
 
 CUresult cuEventSynchronize(CUevent event) {
   FAKECUDA_ENTRY();
+  FAKECUDA_TRY(captureForbids());
   return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     std::unique_lock<std::mutex> lk(e->mu);
     const uint64_t target = e->recorded;

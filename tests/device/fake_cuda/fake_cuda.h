@@ -99,9 +99,20 @@
 //   except that a wait (value or event) not satisfied when the destroyed stream reaches it is
 //   abandoned with everything after it (counted: "abandoned_ops"), so that no thread waits forever.
 // - cuMemFree does not synchronize; work in flight on the memory finishes on it, later work faults.
-// - Stream capture: loomtest_fakecuda_set_capturing makes a stream report ACTIVE; work enqueued on
-//   it meanwhile is not run (counted: "captured_ops"); synchronizing or querying it is
-//   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture. No graph is built.
+// - Stream capture (cuStreamBeginCapture_v2 ... cuStreamEndCapture) records the stream's work in
+//   order into a graph, without running it (counted: "captured_ops"); synchronizing or querying
+//   the capturing stream is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture.
+//   One stream per capture: an event recorded in a capture does not fork another stream into it.
+//   cuGraphInstantiateWithFlags (flags 0) copies the work; cuGraphLaunch runs it on the launch
+//   stream after the executable's previous launch. User objects (cuUserObjectCreate,
+//   cuGraphRetainUserObject) are owned by graphs and their executables; the last reference runs
+//   the destructor, where the driver cannot be called, on the thread that dropped it (the driver
+//   uses a thread of its own). Capture modes: while a capture in GLOBAL mode is under way, a
+//   thread in GLOBAL mode gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED from cuMemAlloc, cuMemFree,
+//   cuMemHostAlloc, cuMemFreeHost and the synchronizations and queries of streams and events (as
+//   does the capturing thread itself in THREAD_LOCAL mode); RELAXED
+//   (cuThreadExchangeStreamCaptureMode) lifts it. loomtest_fakecuda_set_capturing makes a stream
+//   report ACTIVE without a graph: its work is dropped.
 // - Kernel launch parameters through `extra` are CUDA_ERROR_NOT_SUPPORTED. Grid and block sizes
 //   are checked against the device's limits but do not change how the host build runs.
 // - Not usable in a child made by fork() without exec (neither is CUDA).
@@ -124,7 +135,8 @@ int loomtest_fakecuda_inject(const char* kind, int afterLaunches);
 // "pending_ops"; and totals since cuInit: "kernel_launches", "kernels_run", "copies", "memsets",
 // "memop_waits", "memop_writes", "host_funcs", "event_records", "dmabuf_exports", "faults",
 // "dropped_ops", "abandoned_ops", "captured_ops", "function_loads", "lazy_loads" (loaded by a
-// first launch). Returns -1 for an unknown name.
+// first launch); live "graphs", "graph_execs", "user_objects"; and the total "graph_launches".
+// Returns -1 for an unknown name.
 long long loomtest_fakecuda_count(const char* what);
 
 // Makes cuStreamIsCapturing report CU_STREAM_CAPTURE_STATUS_ACTIVE for `stream` (capturing != 0)

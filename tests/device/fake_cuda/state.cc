@@ -16,14 +16,15 @@ namespace fakecuda {
 using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's constants
 
 const char* const kCounterNames[kNumCounters] = {
-    "allocations",  "device_bytes",  "host_allocations", "host_registrations",
-    "streams",      "events",        "modules",          "workers",
-    "ipc_mappings", "vmm_handles",   "vmm_mappings",     "vmm_reservations",
-    "context_refs", "pending_ops",   "kernel_launches",  "kernels_run",
-    "copies",       "memsets",       "memop_waits",      "memop_writes",
-    "host_funcs",   "event_records", "dmabuf_exports",   "faults",
-    "dropped_ops",  "abandoned_ops", "captured_ops",     "function_loads",
-    "lazy_loads"};
+    "allocations",   "device_bytes",  "host_allocations", "host_registrations",
+    "streams",       "events",        "modules",          "workers",
+    "ipc_mappings",  "vmm_handles",   "vmm_mappings",     "vmm_reservations",
+    "context_refs",  "pending_ops",   "kernel_launches",  "kernels_run",
+    "copies",        "memsets",       "memop_waits",      "memop_writes",
+    "host_funcs",    "event_records", "dmabuf_exports",   "faults",
+    "dropped_ops",   "abandoned_ops", "captured_ops",     "function_loads",
+    "lazy_loads",    "graphs",        "graph_execs",      "user_objects",
+    "graph_launches"};
 
 namespace {
 
@@ -33,6 +34,8 @@ namespace {
 // reads past it and crashes its exit check ("Tracer caught signal 11").
 __attribute__((tls_model("initial-exec"))) thread_local Context* tCurrent = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local int tInHostFunc = 0;
+__attribute__((tls_model("initial-exec"))) thread_local int tCaptureMode = kCaptureModeGlobal;
+__attribute__((tls_model("initial-exec"))) thread_local int tOwnCaptures = 0;  // not RELAXED
 
 bool parseSize(const char* s, uint64_t* out) {
   char* end = nullptr;
@@ -157,6 +160,24 @@ CUresult entryCheck() {
   return kSuccess;
 }
 
+int exchangeCaptureMode(int mode) {
+  const int old = tCaptureMode;
+  tCaptureMode = mode;
+  return old;
+}
+
+void captureStarted(int mode, int delta) {
+  if (mode != kCaptureModeRelaxed) tOwnCaptures += delta;
+  if (mode == kCaptureModeGlobal) state().globalCaptures.fetch_add(delta);
+}
+
+CUresult captureForbids() {
+  if (tCaptureMode == kCaptureModeRelaxed) return kSuccess;
+  if (tOwnCaptures > 0 || (tCaptureMode == kCaptureModeGlobal && state().globalCaptures.load() > 0))
+    return kErrorStreamCaptureUnsupported;
+  return kSuccess;
+}
+
 HostFuncScope::HostFuncScope() { ++tInHostFunc; }
 HostFuncScope::~HostFuncScope() { --tInHostFunc; }
 
@@ -254,6 +275,8 @@ constexpr ErrorInfo kErrors[] = {
      "operation not permitted when stream is capturing"},
     {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "operation failed due to a previous error during capture"},
+    {908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

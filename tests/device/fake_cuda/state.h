@@ -42,10 +42,12 @@ using loom::cuda::CUstream;
 // Codes beyond cuda_driver.h's, with cuda.h's values.
 constexpr CUresult kErrorInvalidDevice = 101;
 constexpr CUresult kErrorMapFailed = 205;
+constexpr CUresult kErrorIllegalState = 401;
 constexpr CUresult kErrorHostMemoryAlreadyRegistered = 712;
 constexpr CUresult kErrorHostMemoryNotRegistered = 713;
 constexpr CUresult kErrorNotPermitted = 800;
 constexpr CUresult kErrorCaptureInvalidated = 901;
+constexpr CUresult kErrorCaptureWrongThread = 908;
 constexpr CUresult kErrorUnknown = 999;
 // Values beyond cuda_driver.h's (checked against cuda.h where it is installed: check_values.cc).
 constexpr int kCaptureStatusInvalidated = 2;        // CU_STREAM_CAPTURE_STATUS_INVALIDATED
@@ -164,6 +166,10 @@ enum Counter : int {
   kCapturedOps,
   kFunctionLoads,
   kLazyLoads,
+  kGraphs,
+  kGraphExecs,
+  kUserObjects,
+  kGraphLaunches,
   kNumCounters
 };
 extern const char* const kCounterNames[kNumCounters];
@@ -187,6 +193,7 @@ struct State {
   // Threads in a blocking copy to pageable memory waiting for their stream (holding the driver's
   // mapping lock: waitForMappingLock).
   std::atomic<int> pageableCopies{0};
+  std::atomic<int> globalCaptures{0};  // captures in GLOBAL mode now under way
 };
 
 // The process's state, created on first use and never destroyed (worker threads may outlive
@@ -226,6 +233,21 @@ FaultKind nextLaunchFault();
 // The entry check of every driver call but cuInit, cuDriverGetVersion and the error strings:
 // CUDA_ERROR_NOT_INITIALIZED before cuInit, CUDA_ERROR_NOT_PERMITTED inside a host function.
 CUresult entryCheck();
+// Stream capture modes (CU_STREAM_CAPTURE_MODE_*) and what they forbid: a thread in GLOBAL mode
+// (the default) may not make a potentially unsafe call (allocating or freeing memory,
+// synchronizing or querying a stream or an event) while any thread captures in GLOBAL mode or it
+// captures itself in a mode other than RELAXED; in THREAD_LOCAL mode only its own such captures
+// forbid them; in RELAXED mode nothing does. The driver answers such a call with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+constexpr int kCaptureModeGlobal = 0;  // checked against cuda.h in check_values.cc
+constexpr int kCaptureModeThreadLocal = 1;
+using loom::cuda::kCaptureModeRelaxed;
+// This thread's mode, replaced by mode; returns the old one (cuThreadExchangeStreamCaptureMode).
+int exchangeCaptureMode(int mode);
+// A capture in `mode` begun (delta 1) or ended (-1) on this thread.
+void captureStarted(int mode, int delta);
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED where this thread may not make an unsafe call now.
+CUresult captureForbids();
 // Marks the calling thread as running a host function (cuLaunchHostFunc) while alive.
 struct HostFuncScope {
   HostFuncScope();

@@ -101,7 +101,12 @@ void Stream::start() {
 CUresult Stream::enqueue(OpFn op) {
   const int cap = capture.load(std::memory_order_acquire);
   if (cap == kCaptureStatusActive) {
-    count(kCapturedOps);  // captured into a graph that is never launched
+    std::shared_ptr<Graph> g = captureLocked([](Capture& c) { return c.graph; });
+    count(kCapturedOps);
+    if (g != nullptr) {  // else loomtest_fakecuda_set_capturing's: dropped
+      std::lock_guard<std::mutex> lk(g->mu);
+      g->ops.push_back(std::move(op));
+    }
     return kSuccess;
   }
   if (cap != kCaptureStatusNone) return kErrorCaptureInvalidated;

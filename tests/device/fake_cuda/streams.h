@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "src/device/kernels/reduce_math.h"
 #include "tests/device/fake_cuda/state.h"
@@ -19,6 +21,7 @@
 namespace fakecuda {
 
 class Stream;
+struct Graph;
 
 // An operation: runs on the stream's worker and returns success, an error that becomes the
 // context's sticky error, or kAbandon (a wait given up on a destroyed stream: the rest of the
@@ -53,8 +56,23 @@ class Stream : public std::enable_shared_from_this<Stream> {
   bool interrupted() const;
   bool closed() const { return closing_.load(std::memory_order_acquire); }
 
-  // Capture status (CU_STREAM_CAPTURE_STATUS_*), set by loomtest_fakecuda_set_capturing.
+  // Capture status (CU_STREAM_CAPTURE_STATUS_*): cuStreamBeginCapture, or
+  // loomtest_fakecuda_set_capturing (no graph: the work is counted and dropped).
   std::atomic<int> capture{0};
+  // cuStreamBeginCapture's: the graph the stream's work goes to, the capture's id, its mode and
+  // the thread that began it. Set and read under the stream's lock (captureLocked).
+  struct Capture {
+    std::shared_ptr<Graph> graph;
+    uint64_t id = 0;
+    int mode = 0;
+    const void* thread = nullptr;
+  };
+  // Runs f(Capture&) under the stream's lock.
+  template <class F>
+  auto captureLocked(F&& f) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return f(capture_);
+  }
 
  private:
   void run();
@@ -66,6 +84,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::condition_variable workCv_;
   std::condition_variable doneCv_;
   std::deque<OpFn> q_;
+  Capture capture_;
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   std::atomic<bool> closing_{false};
@@ -105,13 +124,60 @@ struct Module {
   std::unordered_map<std::string, std::shared_ptr<Function>> functions;
 };
 
-// Every live stream, event, module and function of the process, by handle (its address).
+// A user object (cuUserObjectCreate): its destructor runs when the last reference goes.
+struct UserObject {
+  void* ptr = nullptr;
+  void (*destroy)(void*) = nullptr;
+  std::atomic<long long> refs{0};
+};
+// Drops n references of o; the last runs its destructor (as a host function: it may not call the
+// driver) and forgets its handle.
+void releaseUserObject(UserObject* o, unsigned n);
+
+// The references to user objects that a graph or an executable graph owns; released with it.
+struct UserRefs {
+  std::mutex mu;
+  std::vector<std::pair<UserObject*, unsigned>> refs;
+  UserRefs() = default;
+  UserRefs(const UserRefs&) = delete;
+  UserRefs& operator=(const UserRefs&) = delete;
+  ~UserRefs() {
+    for (auto& r : refs) releaseUserObject(r.first, r.second);
+  }
+  void add(UserObject* o, unsigned n) {
+    std::lock_guard<std::mutex> lk(mu);
+    refs.push_back({o, n});
+  }
+};
+
+// A graph made by stream capture: the captured operations in order (one stream's capture: the
+// graph is a chain).
+struct Graph {
+  std::mutex mu;  // ops
+  std::vector<OpFn> ops;
+  UserRefs owned;
+};
+
+// An executable graph: its operations and its references to the graph's user objects, held
+// until the executable is destroyed and its launches have run. Launches run one after another.
+struct GraphExec {
+  std::vector<OpFn> ops;
+  UserRefs owned;
+  std::mutex mu;
+  uint64_t launched = 0, completed = 0;  // under mu
+};
+
+// Every live stream, event, module, function, graph, executable graph and user object of the
+// process, by handle (its address).
 struct Handles {
   std::mutex mu;
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;
   std::unordered_map<Event*, std::shared_ptr<Event>> events;
   std::unordered_map<Module*, std::unique_ptr<Module>> modules;
   std::unordered_map<Function*, std::shared_ptr<Function>> functions;
+  std::unordered_map<Graph*, std::shared_ptr<Graph>> graphs;
+  std::unordered_map<GraphExec*, std::shared_ptr<GraphExec>> execs;
+  std::unordered_map<UserObject*, std::shared_ptr<UserObject>> userObjects;
 
   // Each takes mu. `table` names one of the tables above (&Handles::streams, ...).
   // Adds obj; its handle is its address.

@@ -1,0 +1,254 @@
+// Entry points: stream capture into graphs, executable graphs, user objects, and the thread's
+// capture mode. A capture records the stream's operations in order (one stream: no forks or joins
+// through events); a launch runs them on the launch stream after the executable's previous launch.
+#include "tests/device/fake_cuda/streams.h"
+
+using namespace fakecuda;    // NOLINT(build/namespaces)
+using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's types and constants
+
+namespace fakecuda {
+
+void releaseUserObject(UserObject* o, unsigned n) {
+  if (o->refs.fetch_sub(n, std::memory_order_acq_rel) != static_cast<long long>(n)) return;
+  {
+    HostFuncScope scope;  // the destructor may not call the driver
+    o->destroy(o->ptr);
+  }
+  handles().take(&Handles::userObjects, o);
+  count(kUserObjects, -1);
+}
+
+}  // namespace fakecuda
+
+namespace {
+
+thread_local const void* tCapturingThreadTag = nullptr;  // this thread's identity, by address
+const void* threadTag() { return &tCapturingThreadTag; }
+
+// The stream of a capture entry point: a created stream (the NULL stream is not capturable).
+CUresult capturable(CUstream h, std::shared_ptr<Stream>* out) {
+  if (reinterpret_cast<uintptr_t>(h) <= 2) return kErrorStreamCaptureUnsupported;
+  return streamOf(h, false, out);
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  FAKECUDA_ENTRY();
+  if (mode == nullptr || *mode < kCaptureModeGlobal || *mode > kCaptureModeRelaxed)
+    return kErrorInvalidValue;
+  *mode = exchangeCaptureMode(*mode);
+  return kSuccess;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream stream, int mode) {
+  FAKECUDA_ENTRY();
+  if (mode < kCaptureModeGlobal || mode > kCaptureModeRelaxed) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Stream> s;
+    FAKECUDA_TRY(capturable(stream, &s));
+    static std::atomic<uint64_t> ids{0};
+    auto g = std::make_shared<Graph>();
+    const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
+      if (s->capture.load() != kCaptureStatusNone) return kErrorIllegalState;
+      c.graph = g;
+      c.id = ++ids;
+      c.mode = mode;
+      c.thread = threadTag();
+      s->capture.store(kCaptureStatusActive, std::memory_order_release);
+      return kSuccess;
+    });
+    FAKECUDA_TRY(rc);
+    handles().add(&Handles::graphs, g);
+    count(kGraphs);
+    captureStarted(mode, 1);
+    return kSuccess;
+  });
+}
+
+CUresult cuStreamEndCapture(CUstream stream, void** graph) {
+  FAKECUDA_ENTRY();
+  if (graph == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Stream> s;
+    FAKECUDA_TRY(capturable(stream, &s));
+    Stream::Capture ended;
+    const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
+      if (c.graph == nullptr) return kErrorIllegalState;
+      if (c.mode != kCaptureModeRelaxed && c.thread != threadTag()) return kErrorCaptureWrongThread;
+      ended = std::move(c);
+      c = Stream::Capture{};
+      return kSuccess;
+    });
+    FAKECUDA_TRY(rc);
+    captureStarted(ended.mode, -1);
+    const int status = s->capture.exchange(kCaptureStatusNone);
+    *graph = nullptr;
+    if (status == kCaptureStatusActive) {
+      *graph = ended.graph.get();
+      return kSuccess;
+    }
+    if (handles().take(&Handles::graphs, ended.graph.get()) != nullptr) count(kGraphs, -1);
+    return kErrorCaptureInvalidated;
+  });
+}
+
+// cuStreamGetCaptureInfo_v2: the status, and while active the capture's id and graph. No node
+// handles: *deps is NULL and *numDeps 0.
+CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, void** graph,
+                                   const void** deps, size_t* numDeps) {
+  FAKECUDA_ENTRY();
+  if (status == nullptr) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Stream> s;
+    const CUresult rc = streamOf(stream, false, &s);
+    if (s == nullptr) return rc;
+    s->captureLocked([&](Stream::Capture& c) {
+      *status = s->capture.load();
+      const bool active = *status == kCaptureStatusActive;
+      if (id) *id = active ? c.id : 0;
+      if (graph) *graph = active ? c.graph.get() : nullptr;
+      return 0;
+    });
+    if (deps) *deps = nullptr;
+    if (numDeps) *numDeps = 0;
+    return kSuccess;
+  });
+}
+
+CUresult cuGraphDestroy(void* graph) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    if (handles().take(&Handles::graphs, graph) == nullptr) return kErrorInvalidValue;
+    count(kGraphs, -1);
+    return kSuccess;  // a capture still under way keeps its graph until it ends
+  });
+}
+
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph,
+                                     unsigned long long flags) {  // NOLINT
+  FAKECUDA_ENTRY();
+  if (exec == nullptr || flags != 0) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Graph> g = handles().find(&Handles::graphs, graph);
+    if (g == nullptr) return kErrorInvalidValue;
+    auto e = std::make_shared<GraphExec>();
+    {
+      std::lock_guard<std::mutex> lk(g->mu);
+      e->ops = g->ops;
+    }
+    {
+      // The executable holds references of its own to the graph's user objects.
+      std::lock_guard<std::mutex> lk(g->owned.mu);
+      for (auto& r : g->owned.refs) {
+        r.first->refs.fetch_add(r.second, std::memory_order_acq_rel);
+        e->owned.add(r.first, r.second);
+      }
+    }
+    handles().add(&Handles::execs, e);
+    count(kGraphExecs);
+    *exec = e.get();
+    return kSuccess;
+  });
+}
+
+CUresult cuGraphLaunch(void* exec, CUstream stream) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    std::shared_ptr<GraphExec> e = handles().find(&Handles::execs, exec);
+    if (e == nullptr) return kErrorInvalidValue;
+    std::shared_ptr<Stream> s;
+    FAKECUDA_TRY(streamOf(stream, true, &s));
+    uint64_t mine = 0;
+    {
+      std::lock_guard<std::mutex> lk(e->mu);
+      mine = ++e->launched;
+    }
+    // After the executable's previous launch (on whichever stream), then its operations in
+    // order, then this launch counts as done. Each holds the executable (and so its user
+    // objects) until it has run.
+    FAKECUDA_TRY(s->enqueue([e, mine](Stream& st) {
+      const bool done = deviceWait(st, [&] {
+        std::lock_guard<std::mutex> lk(e->mu);
+        return e->completed + 1 >= mine;
+      });
+      return done ? kSuccess : waitGivenUp(st);
+    }));
+    for (size_t i = 0; i < e->ops.size(); ++i)
+      FAKECUDA_TRY(s->enqueue([e, i](Stream& st) { return e->ops[i](st); }));
+    FAKECUDA_TRY(s->enqueue([e, mine](Stream&) {
+      std::lock_guard<std::mutex> lk(e->mu);
+      e->completed = mine;
+      return kSuccess;
+    }));
+    count(kGraphLaunches);
+    return kSuccess;
+  });
+}
+
+CUresult cuGraphExecDestroy(void* exec) {
+  FAKECUDA_ENTRY();
+  return guarded([&] {
+    if (handles().take(&Handles::execs, exec) == nullptr) return kErrorInvalidValue;
+    count(kGraphExecs, -1);
+    return kSuccess;  // launches still queued hold it until they have run
+  });
+}
+
+CUresult cuUserObjectCreate(void** obj, void* ptr, CUhostFn destroy, unsigned initialRefcount,
+                            unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (obj == nullptr || destroy == nullptr || initialRefcount == 0 ||
+      flags != kUserObjectNoDestructorSync)
+    return kErrorInvalidValue;
+  return guarded([&] {
+    auto o = std::make_shared<UserObject>();
+    o->ptr = ptr;
+    o->destroy = destroy;
+    o->refs.store(initialRefcount);
+    handles().add(&Handles::userObjects, o);
+    count(kUserObjects);
+    *obj = o.get();
+    return kSuccess;
+  });
+}
+
+CUresult cuUserObjectRetain(void* obj, unsigned n) {
+  FAKECUDA_ENTRY();
+  if (n == 0) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
+    if (o == nullptr) return kErrorInvalidValue;
+    o->refs.fetch_add(n, std::memory_order_acq_rel);
+    return kSuccess;
+  });
+}
+
+CUresult cuUserObjectRelease(void* obj, unsigned n) {
+  FAKECUDA_ENTRY();
+  if (n == 0) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
+    if (o == nullptr || o->refs.load() < n) return kErrorInvalidValue;
+    releaseUserObject(o.get(), n);
+    return kSuccess;
+  });
+}
+
+CUresult cuGraphRetainUserObject(void* graph, void* obj, unsigned n, unsigned flags) {
+  FAKECUDA_ENTRY();
+  if (n == 0 || (flags & ~kGraphUserObjectMove) != 0) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<Graph> g = handles().find(&Handles::graphs, graph);
+    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
+    if (g == nullptr || o == nullptr) return kErrorInvalidValue;
+    // MOVE: the caller's references become the graph's; else the graph takes new ones.
+    if (flags != kGraphUserObjectMove) o->refs.fetch_add(n, std::memory_order_acq_rel);
+    g->owned.add(o.get(), n);
+    return kSuccess;
+  });
+}
+
+}  // extern "C"
