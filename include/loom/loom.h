@@ -18,11 +18,20 @@
  * device memory (cudaMalloc, cuMemCreate mappings; not managed memory), both buffers of a call on
  * one device, and one device per communicator. With a NULL stream such a call comes after the
  * work already on the default (legacy) stream, and is done when it returns. With a stream (a
- * cudaStream_t of that device's primary context, not being captured into a graph) it is checked,
- * enqueued and returns at once, as with NCCL: it starts when the stream's work before it is done,
- * and the stream's work after it waits for it; its failure is then the communicator's
- * (loomCommGetAsyncError). A failed, aborted or destroyed
- * communicator still lets every waiting stream go. Every rank of a call passes device memory, or
+ * cudaStream_t of that device's primary context) it is checked, enqueued and returns at once, as
+ * with NCCL: it starts when the stream's work before it is done, and the stream's work after it
+ * waits for it; its failure is then the communicator's (loomCommGetAsyncError). A failed, aborted
+ * or destroyed communicator still lets every waiting stream go.
+ *
+ * CUDA graphs. A call (or a group) on a stream being captured (cudaStreamBeginCapture, any mode;
+ * torch.cuda.graph) runs nothing then: it is kept for the graph, and runs each time a launch of
+ * the graph reaches it, on the buffers named at capture, taking its place in the communicator's
+ * order there, as a call enqueued at that moment would (calls still waiting for that stream come
+ * after it). The kept call lives as long as the graph and its executable graphs. A group under
+ * capture has all its calls on the capturing stream; one executable graph of a capture runs at a
+ * time (two launched at once fail the communicator: their calls would have no order between
+ * ranks); a graph launched after its communicator was destroyed skips its calls and goes on. Loom
+ * makes the driver calls that a capture in progress forbids (allocations) in RELAXED mode. Every rank of a call passes device memory, or
  * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
  * rank. One thread of the communicator runs its device calls: in one pass over the peers' device
  * buffers where every rank shares the host and the GPU (CUDA IPC between processes), else staged

@@ -7,6 +7,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -14,6 +16,18 @@
 
 namespace loom_torch {
 namespace {
+
+// Whether CUDA stream s is being captured into a graph: the driver's cuStreamIsCapturing, from the
+// libcuda.so.1 that PyTorch's CUDA build has loaded (false where none is loaded: no CUDA graphs).
+bool streamCapturing(void* s) {
+  using IsCapturing = int (*)(void*, int*);
+  static const IsCapturing isCapturing = []() -> IsCapturing {
+    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return lib ? reinterpret_cast<IsCapturing>(::dlsym(lib, "cuStreamIsCapturing")) : nullptr;
+  }();
+  int status = 0;
+  return isCapturing != nullptr && isCapturing(s, &status) == 0 && status != 0;
+}
 
 // A Loom call's failure as torch.distributed.DistBackendError, with Loom's message (which rank,
 // what happened).
@@ -428,9 +442,16 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
   Op op{std::move(issue), std::move(finish), work, nullptr, std::move(inputs)};
   if (dev.is_cuda()) {
     ref_->throwIfFailed(title);  // a failure on the stream since the last operation
+    const c10::Stream caller = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(dev);
+    // The operations run on the backend's own stream from its worker thread, which a capture on
+    // the caller's stream would not follow: refused (Loom's C API keeps captured calls).
+    TORCH_CHECK(!streamCapturing(caller.native_handle()), "loom: ", title,
+                ": the current CUDA stream is being captured into a CUDA graph "
+                "(torch.cuda.graph): Loom's process group does not take part in graph capture; "
+                "make the operation outside the capture");
     // What the caller's stream holds now comes before the operation.
     op.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
-    op.ready->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(dev));
+    op.ready->record(caller);
     for (at::Tensor& t : outputs) op.tensors.push_back(std::move(t));
   }
   std::vector<Op> batch;
