@@ -21,28 +21,29 @@
  * cudaStream_t of that device's primary context) it is checked, enqueued and returns at once, as
  * with NCCL: it starts when the stream's work before it is done, and the stream's work after it
  * waits for it; its failure is then the communicator's (loomCommGetAsyncError). A failed, aborted
- * or destroyed communicator still lets every waiting stream go.
+ * or destroyed communicator still lets every waiting stream go. Every rank of a call passes device
+ * memory, or every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on
+ * every rank. One thread of the communicator runs its device calls: in one pass over the peers'
+ * device buffers where every rank shares the host and the GPU (CUDA IPC between processes), else
+ * staged through pinned host memory. The communicator sets that up (the thread, streams, the
+ * device's measured speeds) at its first device call, or at init where a device is named
+ * (loomConfig_t.cudaDev, loomCommInitAll's devlist; loomCommSplit keeps the parent's), as NCCL
+ * binds a communicator to its device; a device this process does not see is loomInvalidArgument.
+ * Name it for ranks that are threads of one process (their pinned staging is then reserved at init
+ * too): the CUDA driver's allocations wait while any thread is blocked in a copy to pageable
+ * memory, so one rank's device call could wait for another rank's thread reading a result that
+ * waits for that very call.
  *
- * CUDA graphs. A call (or a group) on a stream being captured (cudaStreamBeginCapture, any mode;
- * torch.cuda.graph) runs nothing then: it is kept for the graph, and runs each time a launch of
- * the graph reaches it, on the buffers named at capture, taking its place in the communicator's
- * order there, as a call enqueued at that moment would (calls still waiting for that stream come
- * after it). The kept call lives as long as the graph and its executable graphs. A group under
+ * CUDA graphs. A call (or a group) on a stream being captured (cudaStreamBeginCapture, any mode)
+ * runs nothing then: it is kept for the graph, and runs each time a launch of the graph reaches
+ * it, on the buffers named at capture (which must stay allocated while the graph may run), taking
+ * its place in the communicator's order there, as a call enqueued at that moment would (calls
+ * still waiting for that stream come after it). The kept call lives as long as the graph and its
+ * executable graphs. A group under
  * capture has all its calls on the capturing stream; one executable graph of a capture runs at a
  * time (two launched at once fail the communicator: their calls would have no order between
  * ranks); a graph launched after its communicator was destroyed skips its calls and goes on. Loom
- * makes the driver calls that a capture in progress forbids (allocations) in RELAXED mode. Every rank of a call passes device memory, or
- * every rank host memory (as NCCL and PyTorch require); a call that mixes them fails on every
- * rank. One thread of the communicator runs its device calls: in one pass over the peers' device
- * buffers where every rank shares the host and the GPU (CUDA IPC between processes), else staged
- * through pinned host memory. The communicator sets that up (the thread, streams, the device's
- * measured speeds) at its first device call, or at init where a device is named
- * (loomConfig_t.cudaDev, loomCommInitAll's devlist; loomCommSplit keeps the parent's), as NCCL
- * binds a communicator to its device; a device this process does not see is loomInvalidArgument.
- * Name it for ranks that are threads of one process (their pinned staging is then reserved at
- * init too): the CUDA driver's allocations wait while any thread is blocked in a copy to pageable
- * memory, so one rank's device call could wait for another rank's thread reading a result that
- * waits for that very call.
+ * makes the driver calls that a capture in progress forbids (allocations) in RELAXED mode.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.

@@ -184,6 +184,8 @@ void DeviceOnePass::release(const std::vector<cuda::CUdeviceptr>& held) {
 }
 
 void DeviceOnePass::prepare() {
+  std::unique_lock<std::mutex> one(prepareMu_, std::try_to_lock);
+  if (!one.owns_lock()) return;  // another thread prepares now
   std::vector<Wanted> want;
   std::vector<cuda::CUdeviceptr> close;
   {

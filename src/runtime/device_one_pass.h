@@ -31,7 +31,8 @@
 // Not yet: groups of calls and Send/Recv: those are staged (src/runtime/device_runner.h).
 // LOOM_DEVICE_ONE_PASS=0 turns it off.
 //
-// Threads: the communicator's runner thread, but prepare() (the thread that posts calls).
+// Threads: the communicator's runner thread, but prepare() (the thread that posts calls, and the
+// runner's opener thread).
 #pragma once
 
 #include <cstdint>
@@ -90,8 +91,15 @@ class DeviceOnePass {
   // runner thread maps nothing: a user's stream may wait for the call it runs, and the real
   // driver's mapping calls take a lock that a thread blocked in a copy to pageable memory holds
   // while its stream waits (NCCL opens peers' buffers at enqueue or connection time too, and
-  // closes legacy IPC mappings only once its streams are synchronized).
+  // closes legacy IPC mappings only once its streams are synchronized). Also on the runner's
+  // opener thread, for calls kept for CUDA graphs (whose replays make no post): one prepare at a
+  // time; one called while another runs returns at once (that one opens what is wanted).
   void prepare();
+  // Whether a call found peers' handles unopened that prepare() has not yet taken.
+  bool wanting() {
+    std::lock_guard<std::mutex> lk(mapsMu_);
+    return !wanted_.empty();
+  }
 
  private:
   // A peer's allocation opened in this process: its base here, by (pid, handle); busy while a
@@ -144,6 +152,7 @@ class DeviceOnePass {
   bool kernels_ = false;         // Loom's kernels load on this GPU
   device::DeviceSpeeds speeds_;  // speeds(), once measured
   bool speedsTried_ = false, speedsOk_ = false;
+  std::mutex prepareMu_;        // held by the one prepare() running
   std::mutex mapsMu_;           // maps_, wanted_, opening_, unopenable_: no driver call under it
   std::list<Mapping> maps_;     // most recent first; at most kMaxMappings idle ones after prepare()
   std::vector<Wanted> wanted_;  // for prepare() to open

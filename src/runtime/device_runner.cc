@@ -297,6 +297,12 @@ DeviceRunner::~DeviceRunner() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lk(openMu_);
+    openStop_ = true;
+  }
+  openCv_.notify_all();
+  if (opener_.joinable()) opener_.join();
   for (Kept* k : gone) {
     keptHolds.insert(keptHolds.end(), k->holds.begin(), k->holds.end());
     keptWords().give(k->done);
@@ -460,9 +466,25 @@ Status DeviceRunner::capture(Job* job) {
   } else {
     LOOM_TRY(device::launchWaitFlag(s, reinterpret_cast<const uint64_t*>(done), 1));
   }
+  if (onePass_->usable() && !openerStarted_.exchange(true))
+    opener_ = std::thread([this] { openerLoop(); });
   LOOM_INFO(kSubColl, "rank {}: {} call(s) kept for the CUDA graph being captured on stream {}",
             comm_->rank(), job->calls.size(), static_cast<void*>(s));
   return Status();
+}
+
+void DeviceRunner::openerLoop() {
+  cuda::RelaxedCapture relaxed;
+  if (!device::useDevice(device_).isOk()) return;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(openMu_);
+      openCv_.wait(lk, [&] { return openWanted_ || openStop_; });
+      if (openStop_) return;
+      openWanted_ = false;
+    }
+    onePass_->prepare();
+  }
 }
 
 void DeviceRunner::onReplay(void* p) {
@@ -636,6 +658,15 @@ void DeviceRunner::loop() {
   // This thread synchronizes and queries while users' streams may be being captured.
   cuda::RelaxedCapture relaxed;
   Status ctx = device::useDevice(device_);
+  // After a replay: the opener opens what it found unopened, for the next replay.
+  auto wakeOpener = [&] {
+    if (!openerStarted_.load() || !onePass_->wanting()) return;
+    {
+      std::lock_guard<std::mutex> lk(openMu_);
+      openWanted_ = true;
+    }
+    openCv_.notify_all();
+  };
   // A replay a graph admitted (or null), taken under mu_.
   auto takeReplay = [&]() -> std::shared_ptr<Job> {
     if (replays_.empty()) return nullptr;
@@ -701,6 +732,7 @@ void DeviceRunner::loop() {
         }
         if (replay) {
           execute(replay.get(), ctx);
+          wakeOpener();
           napUs = 1;
           continue;
         }
@@ -709,6 +741,7 @@ void DeviceRunner::loop() {
       }
     }
     execute(job.get(), st);
+    if (job->kept) wakeOpener();
   }
 }
 

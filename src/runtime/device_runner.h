@@ -32,7 +32,9 @@
 // needs (its staging reservation, its buffers' registrations and IPC handles) is made at capture,
 // on the capturing thread; the kept call lives as long as the graph does (a CUDA user object the
 // graph owns). A graph replayed after its communicator is gone does nothing and is not blocked
-// (a warning says so). One stream per captured call or group; two launches of one graph at once
+// (a warning says so). Between processes a replay that finds the peers' buffers unopened is
+// staged, and the runner's opener thread opens them for the next one. One stream per captured
+// call or group; two launches of one graph at once
 // (two executable graphs of it on different streams) fail the communicator, as their calls would
 // have no order.
 //
@@ -222,6 +224,15 @@ class DeviceRunner {
   std::deque<std::shared_ptr<Job>> replays_;  // admitted by graphs: run before jobs_
   bool stop_ = false;
   std::shared_ptr<Port> port_;
+  // The opener: a thread that opens the peers' IPC handles that kept calls' replays found
+  // unopened (DeviceOnePass::prepare), since replays make no post to open them; started by the
+  // first capture on a communicator that may take the one pass.
+  void openerLoop();
+  std::thread opener_;
+  std::atomic<bool> openerStarted_{false};
+  std::mutex openMu_;
+  std::condition_variable openCv_;
+  bool openWanted_ = false, openStop_ = false;  // under openMu_
   std::thread thread_;
 };
 

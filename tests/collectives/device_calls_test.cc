@@ -643,8 +643,8 @@ TEST(DeviceCalls, GraphCapturesLoomCannotKeepAreRefusedWithTheirReason) {
 }
 
 // Ranks as processes, each capturing an AllReduce into a graph of its own (GLOBAL mode) and
-// launching it between eager calls: every result right; once the eager call has opened the peers'
-// buffers the replays take the one pass (worker mode "devgraph").
+// launching it, with an eager call among the launches: every result right; once the runner's
+// opener has opened the peers' buffers the replays take the one pass (worker mode "devgraph").
 TEST(DeviceCalls, GraphOfRanksAsProcessesReplaysStagedThenInOnePass) {
   SKIP_WITHOUT_CUDA();
   GraphApi g;
@@ -1322,11 +1322,11 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
     return 0;
   }
   if (mode == "devgraph") {
-    // GraphOfRanksAsProcesses...: an AllReduce captured in GLOBAL mode, launched twice, an eager
-    // call on the same buffers, launched twice again; every element checked after each. Between
-    // processes a replay that finds the peers' buffers unopened is staged (the runner opens
-    // nothing); the eager call's post opens them, and the replays after it take the one pass
-    // (kernels of Loom's).
+    // GraphOfRanksAsProcesses...: an AllReduce captured in GLOBAL mode and launched four times,
+    // an eager call on the same buffers, a fifth launch; every element checked after each.
+    // Between processes a replay that finds the peers' buffers unopened is staged (the runner
+    // opens nothing) and the runner's opener thread opens them: the third and fourth replays take
+    // the one pass (kernels of Loom's).
     GraphApi g;
     if (!g.ok()) return 30;
     const size_t big = size_t(1) << 18;
@@ -1345,13 +1345,22 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
       fprintf(stderr, "rank %d: capture: %s\n", rank, captured.c_str());
       return 31;
     }
-    long long launches0 = 0;
-    for (int round = 1; round <= 5; ++round) {
-      const bool eager = round == 3;
+    const long long maps0 = loomtest::fakeCudaCount("ipc_mappings");
+    long long launches0 = 0, launches = 0;
+    for (int round = 1; round <= 6; ++round) {
+      const bool eager = round == 5;
+      if (round == 3) {
+        // The opener's work is asynchronous: wait (at most 10 s) until it has opened a peer's.
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (loomtest::fakeCudaCount("ipc_mappings") == maps0 &&
+               std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        launches0 = loomtest::fakeCudaCount("kernel_launches");
+      }
+      if (round == 5) launches = loomtest::fakeCudaCount("kernel_launches") - launches0;
       std::vector<float> mine(big);
       for (size_t i = 0; i < big; ++i) mine[i] = static_cast<float>(round * (rank + 1) + i % 3);
       if (!a.put(mine)) return 21;
-      if (round == 4) launches0 = loomtest::fakeCudaCount("kernel_launches");
       if (eager ? loomAllReduce(a.ptr(), b.ptr(), big, loomFloat32, loomSum, comm, gs.s) !=
                       loomSuccess
                 : g.launch(exec, gs.s) != 0)
@@ -1367,14 +1376,14 @@ int deviceWorker(const std::string& mode, loomComm_t comm, int rank, int n) {
         }
       }
     }
-    const long long launches = loomtest::fakeCudaCount("kernel_launches") - launches0;
     g.execDestroy(exec);
     loomResult_t async = loomSuccess;
     loomCommGetAsyncError(comm, &async);
     fprintf(stderr,
-            "rank %d: 4 replays and 1 eager call right; kernel_launches +%lld in the last "
-            "2 replays; async %s\n",
-            rank, launches, loomGetErrorString(async));
+            "rank %d: 5 replays and 1 eager call right; ipc_mappings +%lld; kernel_launches +%lld "
+            "in replays 3 and 4; async %s\n",
+            rank, loomtest::fakeCudaCount("ipc_mappings") - maps0, launches,
+            loomGetErrorString(async));
     if (async != loomSuccess) return 5;
     return launches >= 2 ? 0 : 6;  // the one pass's kernels
   }

@@ -6,7 +6,6 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
-
 #include <dlfcn.h>
 
 #include <algorithm>
