@@ -104,6 +104,7 @@ Driver* load() {
   may("cuFuncLoad", &a.cuFuncLoad);
   may("cuFuncGetAttribute", &a.cuFuncGetAttribute);
   may("cuStreamGetCaptureInfo_v2", &a.cuStreamGetCaptureInfo);
+  may("cuStreamGetCaptureInfo_v3", &a.cuStreamGetCaptureInfo3);
   may("cuThreadExchangeStreamCaptureMode", &a.cuThreadExchangeStreamCaptureMode);
   may("cuUserObjectCreate", &a.cuUserObjectCreate);
   may("cuUserObjectRelease", &a.cuUserObjectRelease);

@@ -217,6 +217,9 @@ struct DriverApi {
   // the graph owns.
   CUresult (*cuStreamGetCaptureInfo)(CUstream stream, int* status, uint64_t* id, CUgraph* graph,
                                      const void** deps, size_t* numDeps);  // _v2
+  // _v3 (12.3+), with the edges' data: the driver of a later CUDA may have this one only.
+  CUresult (*cuStreamGetCaptureInfo3)(CUstream stream, int* status, uint64_t* id, CUgraph* graph,
+                                      const void** deps, const void** edges, size_t* numDeps);
   CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);
   CUresult (*cuUserObjectCreate)(CUuserObject* obj, void* ptr, CUhostFn destroy,
                                  unsigned initialRefcount, unsigned flags);

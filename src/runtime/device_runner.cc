@@ -114,8 +114,8 @@ Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* capture
                       "graph: Loom keeps the calls of a graph on one stream; put the group's calls "
                       "on the capturing stream",
                       streams.size(), active);
-  if (!api.cuStreamGetCaptureInfo || !api.cuUserObjectCreate || !api.cuUserObjectRelease ||
-      !api.cuGraphRetainUserObject)
+  if ((!api.cuStreamGetCaptureInfo && !api.cuStreamGetCaptureInfo3) || !api.cuUserObjectCreate ||
+      !api.cuUserObjectRelease || !api.cuGraphRetainUserObject)
     return LOOM_ERROR(kInvalidUsage,
                       "the stream is being captured into a CUDA graph, and this CUDA driver ({}) "
                       "lacks graph user objects (CUDA 11.3 and later have them): make the call "
@@ -435,7 +435,9 @@ Status DeviceRunner::capture(Job* job) {
   cuda::CUuserObject obj = nullptr;
   cuda::CUresult rc = api.cuMemHostGetDevicePointer(&done, k->done, 0);
   if (rc == cuda::kSuccess)
-    rc = api.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr);
+    rc = api.cuStreamGetCaptureInfo3
+             ? api.cuStreamGetCaptureInfo3(s, &status, nullptr, &graph, nullptr, nullptr, nullptr)
+             : api.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr);
   if (rc == cuda::kSuccess && (status != cuda::kCaptureStatusActive || graph == nullptr))
     rc = cuda::kErrorStreamCaptureUnsupported;
   if (rc == cuda::kSuccess)

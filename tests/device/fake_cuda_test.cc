@@ -27,6 +27,7 @@ TEST(FakeCudaLoader, LoadsThroughLoomsLoader) {
   EXPECT_NE(d.api.cuMemCreate, nullptr);
   EXPECT_NE(d.api.cuMemGetHandleForAddressRange, nullptr);
   EXPECT_NE(d.api.cuStreamGetCaptureInfo, nullptr);
+  EXPECT_NE(d.api.cuStreamGetCaptureInfo3, nullptr);
   EXPECT_NE(d.api.cuThreadExchangeStreamCaptureMode, nullptr);
   EXPECT_NE(d.api.cuUserObjectCreate, nullptr);
   EXPECT_NE(d.api.cuGraphRetainUserObject, nullptr);
@@ -533,6 +534,9 @@ TEST_F(FakeCudaStreams, CapturedWorkRunsAtEachLaunchAndUserObjectsGoWithTheGraph
   EXPECT_EQ(status, kCaptureStatusActive);
   EXPECT_NE(id, 0u);
   ASSERT_NE(graph, nullptr);
+  cuda::CUgraph again = nullptr;
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo3(s, &status, nullptr, &again, nullptr, nullptr, nullptr));
+  EXPECT_EQ(again, graph);
   cuda::CUuserObject obj = nullptr;
   EXPECT_CU(kErrorInvalidValue, a.cuUserObjectCreate(&obj, &destroyed, &Counted::bump, 1, 0));
   ASSERT_CU_OK(

@@ -118,6 +118,13 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, v
   });
 }
 
+// cuStreamGetCaptureInfo_v3: _v2's answers, and no edge data (*edges NULL).
+CUresult cuStreamGetCaptureInfo_v3(CUstream stream, int* status, uint64_t* id, void** graph,
+                                   const void** deps, const void** edges, size_t* numDeps) {
+  if (edges) *edges = nullptr;
+  return cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, numDeps);
+}
+
 CUresult cuGraphDestroy(void* graph) {
   FAKECUDA_ENTRY();
   return guarded([&] {
