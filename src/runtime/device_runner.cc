@@ -504,14 +504,16 @@ void DeviceRunner::onReplay(void* p) {
     return;
   }
   if (k->inFlight.exchange(true, std::memory_order_acq_rel)) {
-    // The replay still running releases this one's wait too (one word), having failed.
+    // The replay still running releases this launch's wait too (one word); the communicator
+    // fails after it.
     Status st = LOOM_ERROR(kInvalidUsage,
                            "rank {}: a CUDA graph reached a Loom call that a launch of the same "
                            "graph was still running (two executable graphs of it launched at "
-                           "once?): their calls have no order between ranks",
+                           "once?): their calls have no order between ranks, and this launch's "
+                           "call did not run",
                            k->rank);
     LOOM_WARN("{}", st.message());
-    if (r->comm_->asyncError().isOk()) r->comm_->fail(st);
+    r->admitFailure(std::move(st));
     return;
   }
   k->done->store(0, std::memory_order_release);
@@ -551,6 +553,18 @@ void DeviceRunner::admit(Kept* k) {
     }
   }
   finish(job.get(), LOOM_ERROR(kInvalidUsage, "the communicator is being destroyed"));
+}
+
+void DeviceRunner::admitFailure(Status why) {
+  auto job = std::make_shared<Job>();
+  job->refused = std::move(why);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_) {
+      replays_.push_back(std::move(job));
+      cv_.notify_all();
+    }
+  }
 }
 
 void DeviceRunner::reapKept() {
@@ -748,6 +762,7 @@ void DeviceRunner::loop() {
 }
 
 void DeviceRunner::execute(Job* job, Status st) {
+  if (st.isOk() && !job->refused.isOk()) st = job->refused;
   if (st.isOk()) {
     Status failed = comm_->asyncError();
     st = failed.isOk() ? run(*job) : failed;

@@ -143,6 +143,7 @@ class DeviceRunner {
     char* staging = nullptr;  // pinned memory reserved for the staging copies
     size_t stagingBytes = 0;
     Kept* kept = nullptr;  // a graph's replay of a kept call: released through its word
+    Status refused;        // why the runner fails the communicator instead of running it
     bool finished = false;
     Status status;
   };
@@ -176,6 +177,9 @@ class DeviceRunner {
   Status capture(Job* job);
   // A graph reached kept call k: queues a replay of it (a host function, under the port's lock).
   void admit(Kept* k);
+  // Queues a job that fails the communicator with why, on the runner thread (a host function's:
+  // it may not block on the network, nor touch the connections the runner uses).
+  void admitFailure(Status why);
   // Releases what kept calls whose graphs are gone held (the posting thread).
   void reapKept();
   // The host function a graph runs where a kept call was captured (a Kept*).

@@ -568,6 +568,71 @@ TEST(DeviceCalls, GraphAndEagerCallsOnOneStreamRunInTheStreamsOrder) {
   EXPECT_EQ(err, "");
 }
 
+// Two executable graphs of one capture launched at once on two streams (rank 0; rank 1 launches
+// its graph once, later): the second launch reaches the kept call while the first runs it. Both
+// streams are released, the first launch's sums are right, and the communicator fails naming the
+// cause (their calls would have no order between ranks).
+TEST(DeviceCalls, GraphLaunchedTwiceAtOnceFailsTheCommunicatorAndReleasesBoth) {
+  SKIP_WITHOUT_CUDA();
+  GraphApi g;
+  SKIP_WITHOUT_GRAPHS(g);
+  const int nranks = 2;
+  ThreadRanks tr(nranks);
+  ASSERT_TRUE(tr.ok()) << tr.error();
+  const size_t n = 1024;
+  Meeting allocated(nranks), captured(nranks);
+  std::string err = tr.run([&](int rank, loomComm_t comm) -> std::string {
+    (void)loom::device::useDevice(0);
+    DevBuf a(n * 4), b(n * 4);
+    Stream s1, s2, probe;
+    if (!a.ok() || !b.ok() || !s1.s || !s2.s || !probe.s ||
+        !a.put(std::vector<float>(n, static_cast<float>(rank + 1))))
+      return "setup failed";
+    if (!allocated.arrive()) return "the ranks did not meet";
+    void* graph = nullptr;
+    std::string e;
+    if (g.begin(s1.s, GraphApi::kThreadLocal) != 0) e = "cuStreamBeginCapture failed";
+    loomResult_t r = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s);
+    if (e.empty() && r != loomSuccess) e = "the captured call: " + outcome(r);
+    if (g.end(s1.s, &graph) != 0 && e.empty()) e = "cuStreamEndCapture failed";
+    const long long hostFuncs = loomtest::fakeCudaCount("host_funcs");
+    if (!captured.arrive() && e.empty()) e = "the ranks did not meet";
+    void* execs[2] = {nullptr, nullptr};
+    for (void*& x : execs)
+      if (e.empty() && g.instantiate(&x, graph, 0) != 0) e = "cuGraphInstantiate failed";
+    if (graph) g.graphDestroy(graph);
+    if (!e.empty()) return "rank " + std::to_string(rank) + ": " + e;
+    if (rank == 0) {
+      if (g.launch(execs[0], s1.s) != 0 || g.launch(execs[1], s2.s) != 0) e = "launch failed";
+      if (api().cuStreamSynchronize(s1.s) != 0 || api().cuStreamSynchronize(s2.s) != 0)
+        e = "a stream failed";
+      if (e.empty()) e = allEqual(b.get(n, probe.s), 3.0f, "the first launch's output");
+      loomResult_t async = loomSuccess;
+      for (int i = 0; i < 5000 && async == loomSuccess; ++i) {  // the runner's verdict, within 5 s
+        loomCommGetAsyncError(comm, &async);
+        if (async == loomSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const std::string msg = async == loomSuccess ? "" : loomGetLastError();
+      if (e.empty() && async == loomSuccess) e = "the communicator did not fail";
+      if (e.empty() && msg.find("two executable graphs") == std::string::npos)
+        e = "the failure does not name the cause: " + msg;
+    } else {
+      // After rank 0's two launches have reached the call (the emulator counts host functions;
+      // a real driver: 200 ms), its first replay in flight, waiting for this one.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (hostFuncs >= 0 && loomtest::fakeCudaCount("host_funcs") < hostFuncs + 2 &&
+             std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(hostFuncs >= 0 ? 20 : 200));
+      if (g.launch(execs[0], s1.s) != 0 || api().cuStreamSynchronize(s1.s) != 0)
+        e = "launch failed";
+    }
+    for (void* x : execs) g.execDestroy(x);
+    return e.empty() ? "" : "rank " + std::to_string(rank) + ": " + e;
+  });
+  EXPECT_EQ(err, "");
+}
+
 // A graph launched after its communicator was destroyed: the kept call does nothing, the graph
 // goes on (the work after the call runs), and nothing faults.
 TEST(DeviceCalls, GraphOfADestroyedCommunicatorGoesOnWithoutTheCall) {
