@@ -109,6 +109,12 @@ Driver* load() {
   may("cuUserObjectCreate", &a.cuUserObjectCreate);
   may("cuUserObjectRelease", &a.cuUserObjectRelease);
   may("cuGraphRetainUserObject", &a.cuGraphRetainUserObject);
+  may("cuStreamBeginCapture_v2", &a.cuStreamBeginCapture);
+  may("cuStreamEndCapture", &a.cuStreamEndCapture);
+  may("cuGraphInstantiateWithFlags", &a.cuGraphInstantiate);
+  may("cuGraphLaunch", &a.cuGraphLaunch);
+  may("cuGraphExecDestroy", &a.cuGraphExecDestroy);
+  may("cuGraphDestroy", &a.cuGraphDestroy);
   if (!missing.empty()) {
     d->status =
         LOOM_ERROR(kCuda, "the CUDA driver {} lacks entry points Loom needs: {}", lib, missing);
@@ -185,6 +191,8 @@ static_assert(sizeof(int) == sizeof(CUpointer_attribute), "cuda.h");
 static_assert(kStreamWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ, "cuda.h");
 static_assert(kCaptureStatusActive == CU_STREAM_CAPTURE_STATUS_ACTIVE, "cuda.h");
 static_assert(kCaptureModeRelaxed == CU_STREAM_CAPTURE_MODE_RELAXED, "cuda.h");
+static_assert(kCaptureModeGlobal == CU_STREAM_CAPTURE_MODE_GLOBAL, "cuda.h");
+static_assert(kCaptureModeThreadLocal == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "cuda.h");
 static_assert(sizeof(int) == sizeof(CUstreamCaptureMode), "cuda.h");
 static_assert(sizeof(int) == sizeof(CUstreamCaptureStatus), "cuda.h");
 static_assert(kUserObjectNoDestructorSync == CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, "cuda.h");

@@ -28,6 +28,7 @@ struct CUevent_st;
 struct CUmod_st;
 struct CUfunc_st;
 struct CUgraph_st;
+struct CUgraphExec_st;
 struct CUuserObject_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
@@ -35,6 +36,7 @@ using CUevent = CUevent_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUgraph = CUgraph_st*;
+using CUgraphExec = CUgraphExec_st*;
 using CUuserObject = CUuserObject_st*;
 using CUmemGenericAllocationHandle = unsigned long long;  // NOLINT(runtime/int)
 using CUhostFn = void (*)(void* userData);
@@ -117,6 +119,8 @@ constexpr unsigned kMemHostAllocDeviceMap = 2;       // CU_MEMHOSTALLOC_DEVICEMA
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 constexpr int kCaptureStatusNone = 0;                // CU_STREAM_CAPTURE_STATUS_NONE
 constexpr int kCaptureStatusActive = 1;              // CU_STREAM_CAPTURE_STATUS_ACTIVE
+constexpr int kCaptureModeGlobal = 0;                // CU_STREAM_CAPTURE_MODE_GLOBAL
+constexpr int kCaptureModeThreadLocal = 1;           // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 constexpr int kCaptureModeRelaxed = 2;               // CU_STREAM_CAPTURE_MODE_RELAXED
 constexpr unsigned kUserObjectNoDestructorSync = 1;  // CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
 constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOVE
@@ -226,6 +230,14 @@ struct DriverApi {
   CUresult (*cuUserObjectRelease)(CUuserObject obj, unsigned count);
   CUresult (*cuGraphRetainUserObject)(CUgraph graph, CUuserObject obj, unsigned count,
                                       unsigned flags);
+  // Capturing, instantiating and launching graphs: the application's calls (loom-perf -G).
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode);  // _v2
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph* graph);
+  CUresult (*cuGraphInstantiate)(CUgraphExec* exec, CUgraph graph,
+                                 unsigned long long flags);  // NOLINT: WithFlags
+  CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
+  CUresult (*cuGraphDestroy)(CUgraph graph);
 };
 
 // The loaded driver.

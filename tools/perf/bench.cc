@@ -16,6 +16,7 @@
 
 #include "src/core/dtype.h"
 #include "src/core/status.h"
+#include "src/device/cuda_driver.h"
 #include "src/device/device_memory.h"
 #include "tools/perf/check.h"
 #include "tools/perf/collectives.h"
@@ -123,7 +124,8 @@ struct Local {
   RankContext ctx;
   HostBuffer send, recv, small;
   DeviceBuffers dev;
-  Registration sendReg, recvReg;  // -R; declared after the buffers: released before them
+  Registration sendReg, recvReg;            // -R; declared after the buffers: released before them
+  loom::cuda::CUgraphExec graph = nullptr;  // -G: the timed calls captured on dev's stream
 };
 
 class Bench {
@@ -216,6 +218,9 @@ class Bench {
       }
       onDevice_ = true;
     }
+    if (opts_.cudaGraph > 0 && !onDevice_ && first_.rank == 0)
+      std::fprintf(stderr, "loom-perf: note: -G %d is ignored (host buffers: no stream)\n",
+                   opts_.cudaGraph);
     if (shared) {
       const size_t bytes = std::max<size_t>(bufferBytes_, 1);
       Status done = forLocals([&](Local& l) -> Status {
@@ -471,6 +476,54 @@ class Bench {
     return forLocals([](Local& l) { return l.dev.sync(); });
   }
 
+  // -G: every local rank's stream captures (in GLOBAL mode, or THREAD_LOCAL where several threads
+  // capture, as nccl-tests), then each capture becomes an executable graph (Local::graph).
+  Status beginCapture() {
+    const cuda::DriverApi& api = cuda::cudaDriver().api;
+    if (!api.cuStreamBeginCapture || !api.cuStreamEndCapture || !api.cuGraphInstantiate ||
+        !api.cuGraphLaunch || !api.cuGraphExecDestroy || !api.cuGraphDestroy)
+      return Status(Code::kInvalidArgument,
+                    "-G: the CUDA driver " + cuda::cudaDriver().library + " cannot capture graphs");
+    const int mode = opts_.nThreads > 1 ? cuda::kCaptureModeThreadLocal : cuda::kCaptureModeGlobal;
+    return forLocals([&](Local& l) -> Status {
+      LOOM_TRY(loom::device::useDevice(l.dev.device()));  // the stream's context, current
+      LOOM_CU(api.cuStreamBeginCapture(static_cast<cuda::CUstream>(l.dev.stream()), mode));
+      return Status::ok();
+    });
+  }
+  Status endCapture() {
+    const cuda::DriverApi& api = cuda::cudaDriver().api;
+    Status first;
+    // Every capture ends, also after a failure (a stream left capturing refuses later work).
+    (void)forLocals([&](Local& l) -> Status {
+      (void)loom::device::useDevice(l.dev.device());
+      cuda::CUgraph graph = nullptr;
+      cuda::CUresult rc =
+          api.cuStreamEndCapture(static_cast<cuda::CUstream>(l.dev.stream()), &graph);
+      if (rc == cuda::kSuccess) rc = api.cuGraphInstantiate(&l.graph, graph, 0);
+      if (graph) api.cuGraphDestroy(graph);  // the executable graph keeps what it needs
+      if (rc != cuda::kSuccess && first.isOk())
+        first = cuda::cudaError(rc, "-G: ending the capture of the timed calls");
+      return Status::ok();
+    });
+    return first;
+  }
+  Status launchGraphs() {
+    return forLocals([](Local& l) -> Status {
+      LOOM_TRY(loom::device::useDevice(l.dev.device()));
+      LOOM_CU(cuda::cudaDriver().api.cuGraphLaunch(l.graph,
+                                                   static_cast<cuda::CUstream>(l.dev.stream())));
+      return Status::ok();
+    });
+  }
+  Status destroyGraphs() {
+    return forLocals([](Local& l) -> Status {
+      if (l.graph) cuda::cudaDriver().api.cuGraphExecDestroy(l.graph);
+      l.graph = nullptr;
+      return Status::ok();
+    });
+  }
+
   // Warm-up at the largest and the smallest size, out of place.
   Status warmUp(loomDataType_t type, loomRedOp_t op, int root) {
     for (size_t bytes : {opts_.maxBytes, opts_.minBytes}) {
@@ -596,6 +649,10 @@ class Bench {
 
     const int agg = opts_.aggIters;
     const bool grouped = agg > 1 || locals_.size() > 1;
+    // -G: the timed loop is captured into a graph per stream, then launched; the clock runs over
+    // the launches only (as nccl-tests').
+    const int launches = onDevice_ ? opts_.cudaGraph : 0;
+    if (launches > 0) LOOM_TRY(beginCapture());
     auto start = std::chrono::steady_clock::now();
     for (int iter = 0; iter < opts_.iters; ++iter) {
       // The -m ops of every rank of this thread in one group.
@@ -609,16 +666,32 @@ class Bench {
           return st;
         }
       }
-      if (grouped) LOOM_TRY(loomCall(loomGroupEnd(), "loomGroupEnd"));
+      if (grouped) {
+        Status ended = loomCall(loomGroupEnd(), "loomGroupEnd");
+        if (!ended.isOk()) {
+          if (launches > 0) (void)endCapture();
+          return ended;
+        }
+      }
       if (opts_.blocking) {
         if (onDevice_) LOOM_TRY(syncAll());
         LOOM_TRY(barrier());
       }
     }
+    if (launches > 0) {
+      LOOM_TRY(endCapture());
+      // One launch untimed (between processes it opens the peers' buffers), then a barrier.
+      LOOM_TRY(launchGraphs());
+      LOOM_TRY(syncAll());
+      LOOM_TRY(barrier());
+      start = std::chrono::steady_clock::now();
+      for (int i = 0; i < launches; ++i) LOOM_TRY(launchGraphs());
+    }
     // On a stream the calls were enqueued: the clock stops when the streams have run them.
     if (onDevice_) LOOM_TRY(syncAll());
     std::chrono::duration<double> delta = std::chrono::steady_clock::now() - start;
-    double sec = delta.count() / (static_cast<double>(opts_.iters) * agg);
+    if (launches > 0) LOOM_TRY(destroyGraphs());
+    double sec = delta.count() / (static_cast<double>(opts_.iters) * agg * std::max(launches, 1));
     LOOM_TRY(combineTime(&sec));
     m->timeUs = sec * 1.0e6;
     collBandwidth(opts_.coll, c.paramCount, dataTypeSize(type), sec, first_.nranks, &m->algBw,
@@ -640,7 +713,18 @@ class Bench {
           return l.dev.toDevice(l.dev.recv(), l.recv.get(), bufferBytes_);
         });
         if (!done.isOk()) return done;
-        LOOM_TRY(issueAll(callAt(0)));
+        if (launches > 0) {  // -G: the checked call is a graph's too
+          LOOM_TRY(beginCapture());
+          Status issued = issueAll(callAt(0));
+          Status ended = endCapture();
+          LOOM_TRY(issued);
+          LOOM_TRY(ended);
+          LOOM_TRY(launchGraphs());
+          LOOM_TRY(syncAll());
+          LOOM_TRY(destroyGraphs());
+        } else {
+          LOOM_TRY(issueAll(callAt(0)));
+        }
         done = forLocals([&](Local& l) -> Status {
           if (onDevice_) {
             LOOM_TRY(l.dev.sync());

@@ -163,7 +163,7 @@ ParseOutcome parseArgs(const std::vector<std::string>& argsIn, Options* opts) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string collText, minText = "32M", maxText = "32M", stepText = "1M";
   std::string opText = "sum", typeText = "float", rootText = "0";
-  int stepFactor = 1, parallelInit = 0, cudaGraph = 0, cpuTime = 0;
+  int stepFactor = 1, parallelInit = 0, cpuTime = 0;
   int streamNull = 0;
   if (!hasPersonality) {
     app.add_option("collective", collText,
@@ -200,7 +200,10 @@ ParseOutcome parseArgs(const std::vector<std::string>& argsIn, Options* opts) {
   app.add_option("-N,--run_cycles", opts->runCycles,
                  "Repeat each sweep this many times (0 forever)");
   app.add_option("-p,--parallel_init", parallelInit, "Accepted for compatibility; ignored");
-  app.add_option("-G,--cudagraph", cudaGraph, "Accepted for compatibility; ignored");
+  app.add_option("-G,--cudagraph", opts->cudaGraph,
+                 "Capture each size's timed iterations into a CUDA graph and launch it this many "
+                 "times (device memory; ignored on host buffers)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-C,--report_cputime", cpuTime, "Accepted for compatibility; ignored");
   app.add_option("-R,--local_register", opts->localRegister,
                  "1 or 2: buffers from loomMemAlloc (mapped by peers on the host) and registered "
@@ -323,7 +326,8 @@ ParseOutcome parseArgs(const std::vector<std::string>& argsIn, Options* opts) {
   }
   if (opts->compareRounds < 1) return usageError("--compare-rounds must be at least 1");
   noteIgnored("-p/--parallel_init", parallelInit, &outcome.err);
-  noteIgnored("-G/--cudagraph", cudaGraph, &outcome.err);
+  if (opts->cudaGraph > 0 && opts->blocking)
+    return usageError("-G and -z: choose one (no barrier runs between a captured graph's calls)");
   noteIgnored("-C/--report_cputime", cpuTime, &outcome.err);
   noteIgnored("-y/--stream_null", streamNull, &outcome.err);
   return outcome;

@@ -36,6 +36,9 @@ struct Options {
   std::vector<loomDataType_t> types{loomFloat32};
   int root = 0;  // -1: every rank in turn
   int blocking = 0;
+  // -G: each size's timed iterations captured into a CUDA graph, launched this many times (device
+  // memory; nccl-tests' cudaGraphLaunches). 0: enqueued one by one.
+  int cudaGraph = 0;
   int average = 1;     // 0 rank 0, 1 mean, 2 min, 3 max
   int timeoutSec = 0;  // 0: LOOM_TIMEOUT
   std::string jsonFile;

@@ -47,7 +47,7 @@ std::string formatHeader(const Options& opts, const std::vector<RankInfo>& ranks
       "agg iters: %d validation: %d graph: %d\n",
       opts.nThreads, opts.nGpus, opts.minBytes, opts.maxBytes,
       factor ? opts.stepFactor : opts.stepBytes, factor ? "factor" : "bytes", opts.warmupIters,
-      opts.iters, opts.aggIters, opts.check, 0);
+      opts.iters, opts.aggIters, opts.check, opts.cudaGraph);
   if (opts.localRegister)
     out +=
         "# Buffers from loomMemAlloc and registered with loomCommRegister (-R): peers on this "

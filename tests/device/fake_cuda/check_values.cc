@@ -15,9 +15,7 @@ static_assert(kErrorNotPermitted == CUDA_ERROR_NOT_PERMITTED, "cuda.h");
 static_assert(kErrorCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuda.h");
 static_assert(kErrorIllegalState == CUDA_ERROR_ILLEGAL_STATE, "cuda.h");
 static_assert(kErrorCaptureWrongThread == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "cuda.h");
-static_assert(kCaptureModeGlobal == CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                  kCaptureModeThreadLocal == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-              "cuda.h");
+
 static_assert(kErrorUnknown == CUDA_ERROR_UNKNOWN, "cuda.h");
 static_assert(kCaptureStatusInvalidated == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "cuda.h");
 static_assert(kPointerAttrHostPointer == CU_POINTER_ATTRIBUTE_HOST_POINTER, "cuda.h");

@@ -238,10 +238,8 @@ CUresult entryCheck();
 // synchronizing or querying a stream or an event) while any thread captures in GLOBAL mode or it
 // captures itself in a mode other than RELAXED; in THREAD_LOCAL mode only its own such captures
 // forbid them; in RELAXED mode nothing does. The driver answers such a call with
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
-constexpr int kCaptureModeGlobal = 0;  // checked against cuda.h in check_values.cc
-constexpr int kCaptureModeThreadLocal = 1;
-using loom::cuda::kCaptureModeRelaxed;
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. (The modes' values: cuda_driver.h's kCaptureMode*.)
+//
 // This thread's mode, replaced by mode; returns the old one (cuThreadExchangeStreamCaptureMode).
 int exchangeCaptureMode(int mode);
 // A capture in `mode` begun (delta 1) or ended (-1) on this thread.
