@@ -18,7 +18,8 @@
 #    checked; ranks of one GPU run in one pass over each other's buffers through CUDA IPC), the
 #    2-rank all_reduce staged through host memory beside it (LOOM_DEVICE_ONE_PASS=0), pipelined
 #    in chunks and staged whole (LOOM_DEVICE_STAGE_CHUNK=0), and the 8-byte all_reduce latency on
-#    a stream (enqueue to completion).
+#    a stream (enqueue to completion), then the latency and a sweep with the calls captured into
+#    CUDA graphs (-G).
 # 5. The collective matrix on device memory with a NULL stream and on streams (LOOMTEST_DEVICE=1,
 #    LOOMTEST_STREAM=1; ranks as threads and as processes, up to 5).
 # 6. loom-perf all_gather, reduce_scatter and broadcast on device buffers at 2 and 4 ranks.
@@ -168,6 +169,11 @@ for way in kernels engines; do
   done
 done
 step perf-latency-8B 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 2000 -w 100 -T 60
+# The same calls captured into CUDA graphs and replayed (-G, as nccl-tests): latency and a sweep.
+step perf-latency-8B-graph 60 "$BIN/loom-perf" all_reduce -np 2 --mem device -b 8 -e 8 -n 200 \
+  -w 100 -G 10 -T 60
+step perf-all_reduce-np2-graph 90 "$BIN/loom-perf" all_reduce -np 2 --mem device -c 1 -b 8 \
+  -e "$MAXB" -f 8 -n 5 -w 2 -G 4 -T 60
 
 # ---- 5. the collective matrix on device memory ------------------------------------------------------------
 matrix='Ranks/ThreadMatrix.*:Ranks/ProcessMatrix.*-*_8ranks'
