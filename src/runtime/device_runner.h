@@ -34,9 +34,8 @@
 // graph owns). A graph replayed after its communicator is gone does nothing and is not blocked
 // (a warning says so). Between processes a replay that finds the peers' buffers unopened is
 // staged, and the runner's opener thread opens them for the next one. One stream per captured
-// call or group; two launches of one graph at once
-// (two executable graphs of it on different streams) fail the communicator, as their calls would
-// have no order.
+// call or group; two launches of one graph at once (two executable graphs of it on different
+// streams) fail the communicator, as their calls would have no order.
 //
 // Threads: once a communicator has a runner, every call on it runs on the runner thread (the
 // calling thread waits for a call without a stream), so one thread drives the communicator as the

@@ -22,13 +22,27 @@ void releaseUserObject(UserObject* o, unsigned n) {
 
 namespace {
 
-thread_local const void* tCapturingThreadTag = nullptr;  // this thread's identity, by address
-const void* threadTag() { return &tCapturingThreadTag; }
+// This thread's identity, by the address of a thread-local of its own (initial-exec: state.cc
+// says why).
+__attribute__((tls_model("initial-exec"))) thread_local char tThreadTag = 0;
+const void* threadTag() { return &tThreadTag; }
 
 // The stream of a capture entry point: a created stream (the NULL stream is not capturable).
 CUresult capturable(CUstream h, std::shared_ptr<Stream>* out) {
   if (reinterpret_cast<uintptr_t>(h) <= 2) return kErrorStreamCaptureUnsupported;
   return streamOf(h, false, out);
+}
+
+// An entry point on n references of the user object of handle obj: body(object), else
+// CUDA_ERROR_INVALID_VALUE (n 0, an unknown handle).
+template <class F>
+CUresult onUserObject(void* obj, unsigned n, F&& body) {
+  FAKECUDA_ENTRY();
+  if (n == 0) return kErrorInvalidValue;
+  return guarded([&] {
+    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
+    return o == nullptr ? kErrorInvalidValue : body(o.get());
+  });
 }
 
 }  // namespace
@@ -223,23 +237,16 @@ CUresult cuUserObjectCreate(void** obj, void* ptr, CUhostFn destroy, unsigned in
 }
 
 CUresult cuUserObjectRetain(void* obj, unsigned n) {
-  FAKECUDA_ENTRY();
-  if (n == 0) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
-    if (o == nullptr) return kErrorInvalidValue;
+  return onUserObject(obj, n, [&](UserObject* o) {
     o->refs.fetch_add(n, std::memory_order_acq_rel);
     return kSuccess;
   });
 }
 
 CUresult cuUserObjectRelease(void* obj, unsigned n) {
-  FAKECUDA_ENTRY();
-  if (n == 0) return kErrorInvalidValue;
-  return guarded([&] {
-    std::shared_ptr<UserObject> o = handles().find(&Handles::userObjects, obj);
-    if (o == nullptr || o->refs.load() < n) return kErrorInvalidValue;
-    releaseUserObject(o.get(), n);
+  return onUserObject(obj, n, [&](UserObject* o) {
+    if (o->refs.load() < n) return kErrorInvalidValue;
+    releaseUserObject(o, n);
     return kSuccess;
   });
 }
