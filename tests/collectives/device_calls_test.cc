@@ -388,21 +388,34 @@ TEST(DeviceCalls, AbortReleasesAStreamWaitingForAPeer) {
 // graphs; the application captures, instantiates and launches them). Null where the driver lacks
 // them.
 struct GraphApi {
-  using Begin = cuda::CUresult (*)(CUstream, int);
-  using End = cuda::CUresult (*)(CUstream, void**);
-  using Instantiate = cuda::CUresult (*)(void**, void*, unsigned long long);  // NOLINT
-  using Launch = cuda::CUresult (*)(void*, CUstream);
-  using Destroy = cuda::CUresult (*)(void*);
-  Begin begin = reinterpret_cast<Begin>(driverSymbol("cuStreamBeginCapture_v2"));
-  End end = reinterpret_cast<End>(driverSymbol("cuStreamEndCapture"));
-  Instantiate instantiate =
-      reinterpret_cast<Instantiate>(driverSymbol("cuGraphInstantiateWithFlags"));
-  Launch launch = reinterpret_cast<Launch>(driverSymbol("cuGraphLaunch"));
-  Destroy execDestroy = reinterpret_cast<Destroy>(driverSymbol("cuGraphExecDestroy"));
-  Destroy graphDestroy = reinterpret_cast<Destroy>(driverSymbol("cuGraphDestroy"));
   bool ok() const {
-    return begin && end && instantiate && launch && execDestroy && graphDestroy &&
-           api().cuUserObjectCreate && api().cuGraphRetainUserObject;
+    const cuda::DriverApi& a = api();
+    return a.cuStreamBeginCapture && a.cuStreamEndCapture && a.cuGraphInstantiate &&
+           a.cuGraphLaunch && a.cuGraphExecDestroy && a.cuGraphDestroy && a.cuUserObjectCreate &&
+           a.cuGraphRetainUserObject;
+  }
+  cuda::CUresult begin(CUstream s, int mode) const { return api().cuStreamBeginCapture(s, mode); }
+  cuda::CUresult end(CUstream s, void** graph) const {
+    cuda::CUgraph g = nullptr;
+    const cuda::CUresult rc = api().cuStreamEndCapture(s, &g);
+    *graph = g;
+    return rc;
+  }
+  cuda::CUresult instantiate(void** exec, void* graph, int flags) const {
+    cuda::CUgraphExec e = nullptr;
+    const cuda::CUresult rc = api().cuGraphInstantiate(&e, static_cast<cuda::CUgraph>(graph),
+                                                       static_cast<unsigned>(flags));
+    *exec = e;
+    return rc;
+  }
+  cuda::CUresult launch(void* exec, CUstream s) const {
+    return api().cuGraphLaunch(static_cast<cuda::CUgraphExec>(exec), s);
+  }
+  cuda::CUresult execDestroy(void* exec) const {
+    return api().cuGraphExecDestroy(static_cast<cuda::CUgraphExec>(exec));
+  }
+  cuda::CUresult graphDestroy(void* graph) const {
+    return api().cuGraphDestroy(static_cast<cuda::CUgraph>(graph));
   }
   static constexpr int kGlobal = 0, kThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_*
 

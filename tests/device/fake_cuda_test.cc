@@ -491,20 +491,14 @@ TEST_F(FakeCudaStreams, CaptureIsReportedAndNeverSilent) {
   EXPECT_GE(counter("captured_ops"), 1);
 }
 
-// The capture and graph entry points Loom's table does not hold (the application's).
+// The capture and graph entry points (the application's, in Loom's table for loom-perf -G).
 struct Graphs {
-  void* lib = ::dlopen(LOOMTEST_FAKECUDA_LIB, RTLD_NOW | RTLD_NOLOAD);
-  template <class F>
-  F sym(const char* name) const {
-    return reinterpret_cast<F>(::dlsym(lib, name));
-  }
-  CUresult (*begin)(CUstream, int) = sym<decltype(begin)>("cuStreamBeginCapture_v2");
-  CUresult (*end)(CUstream, void**) = sym<decltype(end)>("cuStreamEndCapture");
-  CUresult (*instantiate)(void**, void*, unsigned long long) =  // NOLINT(runtime/int)
-      sym<decltype(instantiate)>("cuGraphInstantiateWithFlags");
-  CUresult (*launch)(void*, CUstream) = sym<decltype(launch)>("cuGraphLaunch");
-  CUresult (*execDestroy)(void*) = sym<decltype(execDestroy)>("cuGraphExecDestroy");
-  CUresult (*graphDestroy)(void*) = sym<decltype(graphDestroy)>("cuGraphDestroy");
+  decltype(DriverApi::cuStreamBeginCapture) begin = cu().cuStreamBeginCapture;
+  decltype(DriverApi::cuStreamEndCapture) end = cu().cuStreamEndCapture;
+  decltype(DriverApi::cuGraphInstantiate) instantiate = cu().cuGraphInstantiate;
+  decltype(DriverApi::cuGraphLaunch) launch = cu().cuGraphLaunch;
+  decltype(DriverApi::cuGraphExecDestroy) execDestroy = cu().cuGraphExecDestroy;
+  decltype(DriverApi::cuGraphDestroy) graphDestroy = cu().cuGraphDestroy;
 };
 
 struct Counted {
@@ -542,12 +536,12 @@ TEST_F(FakeCudaStreams, CapturedWorkRunsAtEachLaunchAndUserObjectsGoWithTheGraph
   ASSERT_CU_OK(
       a.cuUserObjectCreate(&obj, &destroyed, &Counted::bump, 1, kUserObjectNoDestructorSync));
   ASSERT_CU_OK(a.cuGraphRetainUserObject(graph, obj, 1, kGraphUserObjectMove));
-  void* ended = nullptr;
+  cuda::CUgraph ended = nullptr;
   ASSERT_CU_OK(g.end(s, &ended));
-  EXPECT_EQ(ended, static_cast<void*>(graph));
+  EXPECT_EQ(ended, graph);
   EXPECT_EQ(ran.load(), 0) << "captured work ran";
   EXPECT_EQ(w[0], 0u);
-  void* exec = nullptr;
+  cuda::CUgraphExec exec = nullptr;
   ASSERT_CU_OK(g.instantiate(&exec, ended, 0));
   ASSERT_CU_OK(g.graphDestroy(ended));
   EXPECT_EQ(destroyed.load(), 0) << "the executable graph holds the user object";
@@ -591,7 +585,7 @@ TEST_F(FakeCudaStreams, CaptureModesForbidUnsafeCallsAsTheDriverDoes) {
   EXPECT_CU(kErrorStreamCaptureUnsupported, fromAnotherThread(0));
   EXPECT_CU(kSuccess, fromAnotherThread(1));  // THREAD_LOCAL: another thread's capture is no bar
   EXPECT_CU(kSuccess, fromAnotherThread(2));  // RELAXED
-  void* ended = nullptr;
+  cuda::CUgraph ended = nullptr;
   CUresult wrong = -1;
   std::thread([&] { wrong = g.end(s, &ended); }).join();
   EXPECT_CU(908, wrong);  // CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD

@@ -82,7 +82,7 @@ CUresult cuStreamBeginCapture_v2(CUstream stream, int mode) {
   });
 }
 
-CUresult cuStreamEndCapture(CUstream stream, void** graph) {
+CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
   FAKECUDA_ENTRY();
   if (graph == nullptr) return kErrorInvalidValue;
   return guarded([&] {
@@ -101,7 +101,7 @@ CUresult cuStreamEndCapture(CUstream stream, void** graph) {
     const int status = s->capture.exchange(kCaptureStatusNone);
     *graph = nullptr;
     if (status == kCaptureStatusActive) {
-      *graph = ended.graph.get();
+      *graph = reinterpret_cast<CUgraph>(ended.graph.get());
       return kSuccess;
     }
     if (handles().take(&Handles::graphs, ended.graph.get()) != nullptr) count(kGraphs, -1);
@@ -111,7 +111,7 @@ CUresult cuStreamEndCapture(CUstream stream, void** graph) {
 
 // cuStreamGetCaptureInfo_v2: the status, and while active the capture's id and graph. No node
 // handles: *deps is NULL and *numDeps 0.
-CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, void** graph,
+CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, CUgraph* graph,
                                    const void** deps, size_t* numDeps) {
   FAKECUDA_ENTRY();
   if (status == nullptr) return kErrorInvalidValue;
@@ -123,7 +123,7 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, v
       *status = s->capture.load();
       const bool active = *status == kCaptureStatusActive;
       if (id) *id = active ? c.id : 0;
-      if (graph) *graph = active ? c.graph.get() : nullptr;
+      if (graph) *graph = active ? reinterpret_cast<CUgraph>(c.graph.get()) : nullptr;
       return 0;
     });
     if (deps) *deps = nullptr;
@@ -133,13 +133,13 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream stream, int* status, uint64_t* id, v
 }
 
 // cuStreamGetCaptureInfo_v3: _v2's answers, and no edge data (*edges NULL).
-CUresult cuStreamGetCaptureInfo_v3(CUstream stream, int* status, uint64_t* id, void** graph,
+CUresult cuStreamGetCaptureInfo_v3(CUstream stream, int* status, uint64_t* id, CUgraph* graph,
                                    const void** deps, const void** edges, size_t* numDeps) {
   if (edges) *edges = nullptr;
   return cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, numDeps);
 }
 
-CUresult cuGraphDestroy(void* graph) {
+CUresult cuGraphDestroy(CUgraph graph) {
   FAKECUDA_ENTRY();
   return guarded([&] {
     if (handles().take(&Handles::graphs, graph) == nullptr) return kErrorInvalidValue;
@@ -148,7 +148,7 @@ CUresult cuGraphDestroy(void* graph) {
   });
 }
 
-CUresult cuGraphInstantiateWithFlags(void** exec, void* graph,
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
                                      unsigned long long flags) {  // NOLINT
   FAKECUDA_ENTRY();
   if (exec == nullptr || flags != 0) return kErrorInvalidValue;
@@ -170,12 +170,12 @@ CUresult cuGraphInstantiateWithFlags(void** exec, void* graph,
     }
     handles().add(&Handles::execs, e);
     count(kGraphExecs);
-    *exec = e.get();
+    *exec = reinterpret_cast<CUgraphExec>(e.get());
     return kSuccess;
   });
 }
 
-CUresult cuGraphLaunch(void* exec, CUstream stream) {
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   FAKECUDA_ENTRY();
   return guarded([&] {
     std::shared_ptr<GraphExec> e = handles().find(&Handles::execs, exec);
@@ -209,7 +209,7 @@ CUresult cuGraphLaunch(void* exec, CUstream stream) {
   });
 }
 
-CUresult cuGraphExecDestroy(void* exec) {
+CUresult cuGraphExecDestroy(CUgraphExec exec) {
   FAKECUDA_ENTRY();
   return guarded([&] {
     if (handles().take(&Handles::execs, exec) == nullptr) return kErrorInvalidValue;
@@ -218,8 +218,8 @@ CUresult cuGraphExecDestroy(void* exec) {
   });
 }
 
-CUresult cuUserObjectCreate(void** obj, void* ptr, CUhostFn destroy, unsigned initialRefcount,
-                            unsigned flags) {
+CUresult cuUserObjectCreate(CUuserObject* obj, void* ptr, CUhostFn destroy,
+                            unsigned initialRefcount, unsigned flags) {
   FAKECUDA_ENTRY();
   if (obj == nullptr || destroy == nullptr || initialRefcount == 0 ||
       flags != kUserObjectNoDestructorSync)
@@ -231,19 +231,19 @@ CUresult cuUserObjectCreate(void** obj, void* ptr, CUhostFn destroy, unsigned in
     o->refs.store(initialRefcount);
     handles().add(&Handles::userObjects, o);
     count(kUserObjects);
-    *obj = o.get();
+    *obj = reinterpret_cast<CUuserObject>(o.get());
     return kSuccess;
   });
 }
 
-CUresult cuUserObjectRetain(void* obj, unsigned n) {
+CUresult cuUserObjectRetain(CUuserObject obj, unsigned n) {
   return onUserObject(obj, n, [&](UserObject* o) {
     o->refs.fetch_add(n, std::memory_order_acq_rel);
     return kSuccess;
   });
 }
 
-CUresult cuUserObjectRelease(void* obj, unsigned n) {
+CUresult cuUserObjectRelease(CUuserObject obj, unsigned n) {
   return onUserObject(obj, n, [&](UserObject* o) {
     if (o->refs.load() < n) return kErrorInvalidValue;
     releaseUserObject(o, n);
@@ -251,7 +251,7 @@ CUresult cuUserObjectRelease(void* obj, unsigned n) {
   });
 }
 
-CUresult cuGraphRetainUserObject(void* graph, void* obj, unsigned n, unsigned flags) {
+CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject obj, unsigned n, unsigned flags) {
   FAKECUDA_ENTRY();
   if (n == 0 || (flags & ~kGraphUserObjectMove) != 0) return kErrorInvalidValue;
   return guarded([&] {
