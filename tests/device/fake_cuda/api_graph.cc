@@ -14,8 +14,7 @@ void releaseUserObject(UserObject* o, unsigned n) {
     HostFuncScope scope;  // the destructor may not call the driver
     o->destroy(o->ptr);
   }
-  handles().take(&Handles::userObjects, o);
-  count(kUserObjects, -1);
+  handles().drop(&Handles::userObjects, o, kUserObjects);
 }
 
 }  // namespace fakecuda
@@ -104,7 +103,7 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
       *graph = reinterpret_cast<CUgraph>(ended.graph.get());
       return kSuccess;
     }
-    if (handles().take(&Handles::graphs, ended.graph.get()) != nullptr) count(kGraphs, -1);
+    handles().drop(&Handles::graphs, ended.graph.get(), kGraphs);
     return kErrorCaptureInvalidated;
   });
 }
@@ -142,9 +141,8 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream stream, int* status, uint64_t* id, C
 CUresult cuGraphDestroy(CUgraph graph) {
   FAKECUDA_ENTRY();
   return guarded([&] {
-    if (handles().take(&Handles::graphs, graph) == nullptr) return kErrorInvalidValue;
-    count(kGraphs, -1);
-    return kSuccess;  // a capture still under way keeps its graph until it ends
+    // A capture still under way keeps its graph until it ends.
+    return handles().drop(&Handles::graphs, graph, kGraphs) ? kSuccess : kErrorInvalidValue;
   });
 }
 
@@ -212,9 +210,8 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
 CUresult cuGraphExecDestroy(CUgraphExec exec) {
   FAKECUDA_ENTRY();
   return guarded([&] {
-    if (handles().take(&Handles::execs, exec) == nullptr) return kErrorInvalidValue;
-    count(kGraphExecs, -1);
-    return kSuccess;  // launches still queued hold it until they have run
+    // Launches still queued hold it until they have run.
+    return handles().drop(&Handles::execs, exec, kGraphExecs) ? kSuccess : kErrorInvalidValue;
   });
 }
 

@@ -132,9 +132,7 @@ CUresult cuEventDestroy_v2(CUevent event) {
   FAKECUDA_ENTRY();
   return guarded([&] {
     // Records still queued hold the event until they ran.
-    if (handles().take(&Handles::events, event) == nullptr) return kErrorInvalidHandle;
-    count(kEvents, -1);
-    return kSuccess;
+    return handles().drop(&Handles::events, event, kEvents) ? kSuccess : kErrorInvalidHandle;
   });
 }
 

@@ -200,6 +200,14 @@ struct Handles {
     std::lock_guard<std::mutex> lk(mu);
     return takeEntry(this->*table, static_cast<typename Map::key_type>(h));
   }
+  // A destroy entry point's work: take(), and the live count `live` goes down by one; false when
+  // h is unknown. (What still holds the object, queued work, keeps it until it has run.)
+  template <class Map>
+  bool drop(Map Handles::*table, void* h, Counter live) {
+    if (take(table, h) == nullptr) return false;
+    count(live, -1);
+    return true;
+  }
 };
 Handles& handles();
 
