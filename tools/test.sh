@@ -54,9 +54,11 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   stage "build with AddressSanitizer + UndefinedBehaviorSanitizer (${CXX:-c++})"
   # loom_torch is not built here (tools/sanitize_torch.sh builds it after the tests). -O1 -g1,
   # as the sanitizers' authors advise: it compiles in half the time of -O2 -g under them (and
-  # warnings, checked in the first stage, are not errors).
+  # warnings, checked in the first stage, are not errors). No device kernels (nvcc: 30 s of one
+  # core): the emulated GPU runs their host build, as in the ThreadSanitizer stage.
   BUILD_DIR=$ROOT/build-test-asan FRESH=1 OPT="-O1 -g1" "$ROOT/tools/build.sh" \
-    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF
+    -DLOOM_BUILD_TESTS=ON -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_TORCH=OFF \
+    -DLOOM_WITH_CUDA=OFF
   stage "every test under AddressSanitizer + UndefinedBehaviorSanitizer"
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export ASAN_OPTIONS=detect_leaks=1
@@ -80,7 +82,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # - the install test, which builds a program without the sanitizers against the sanitized
   #   libloom.so, which cannot load.
   # The single-copy and mapped shm paths (up to 5 ranks here), the emulated IB device and device
-  # buffers on streams (the one pass over the peers' device buffers; 2 to 4 ranks here) stay
+  # buffers on streams (the one pass over the peers' device buffers; 2 and 3 ranks here) stay
   # (tests/collectives/CMakeLists.txt).
   run_ctest "$ROOT/build-test-asan" -E \
     '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
@@ -92,7 +94,7 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   if [ "${TSAN:-1}" != 0 ]; then
     # ThreadSanitizer over the transports, the bootstrap, the executor and the failure paths, ranks
     # as threads of one process (tools/tsan_check.sh says what runs), by the same compiler as the
-    # stage above: about 8 minutes.
+    # stage above, two runs at a time: about 5 minutes with the build.
     stage "ThreadSanitizer: transports, bootstrap, executor, failures (${CXX:-c++})"
     BUILD_DIR=$ROOT/build-test-tsan FRESH=1 "$ROOT/tools/tsan_check.sh"
     # And over loom_torch with libloom (its worker thread, Works and Futures, a pipeline, abort,
