@@ -559,6 +559,83 @@ TEST_F(FakeCudaStreams, CapturedWorkRunsAtEachLaunchAndUserObjectsGoWithTheGraph
   EXPECT_CU(kErrorInvalidValue, g.launch(exec, s));
 }
 
+// Forks and joins through events, as PyTorch's process groups use them: a stream that waits on an
+// event recorded in a capture joins it (its work goes to the graph, after what the event
+// follows), and the origin waits for it again through an event of the fork before the capture
+// ends; a fork left unjoined fails the capture (CUDA_ERROR_STREAM_CAPTURE_UNJOINED), only the
+// origin ends it (UNMATCHED), and a stream of another capture cannot wait on it (MERGE).
+TEST_F(FakeCudaStreams, StreamsJoinACaptureThroughEvents) {
+  const DriverApi& a = cu();
+  Graphs g;
+  CUstream s = stream(), side = stream(), other = stream();
+  CUevent forked = nullptr, joined = nullptr;
+  ASSERT_CU_OK(a.cuEventCreate(&forked, kEventDisableTiming));
+  ASSERT_CU_OK(a.cuEventCreate(&joined, kEventDisableTiming));
+  uint64_t* w = hostAlloc(64);
+  ASSERT_CU_OK(g.begin(s, 0));
+  ASSERT_CU_OK(a.cuStreamWriteValue64(s, dev(&w[0]), 1, 0));
+  ASSERT_CU_OK(a.cuEventRecord(forked, s));
+  ASSERT_CU_OK(a.cuStreamWaitEvent(side, forked, 0));  // side joins the capture
+  int status = -1;
+  cuda::CUgraph graph = nullptr, sideGraph = nullptr;
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr));
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo(side, &status, nullptr, &sideGraph, nullptr, nullptr));
+  EXPECT_EQ(status, kCaptureStatusActive);
+  EXPECT_EQ(sideGraph, graph);
+  // The side's work: w[1] = w[0] + 1 as the graph runs (a host function reads what came first).
+  struct Step {
+    static void run(void* p) {
+      auto* v = static_cast<uint64_t*>(p);
+      v[1] = v[0] + 1;
+    }
+  };
+  ASSERT_CU_OK(a.cuLaunchHostFunc(side, &Step::run, w));
+  cuda::CUgraph ended = nullptr;
+  EXPECT_CU(903, g.end(side, &ended));  // CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: a fork
+  ASSERT_CU_OK(a.cuEventRecord(joined, side));
+  ASSERT_CU_OK(a.cuStreamWaitEvent(s, joined, 0));  // the origin joins it back
+  ASSERT_CU_OK(g.end(s, &ended));
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo(side, &status, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, kCaptureStatusNone) << "a fork leaves the capture with it";
+  EXPECT_EQ(w[0] + w[1], 0u) << "captured work ran";
+  cuda::CUgraphExec exec = nullptr;
+  ASSERT_CU_OK(g.instantiate(&exec, ended, 0));
+  for (int i = 0; i < 2; ++i) {
+    w[0] = w[1] = 0;
+    ASSERT_CU_OK(g.launch(exec, other));
+    ASSERT_CU_OK(a.cuStreamSynchronize(other));
+    EXPECT_EQ(w[0], 1u);
+    EXPECT_EQ(w[1], 2u) << "the fork's work ran after what its event followed";
+  }
+  ASSERT_CU_OK(g.execDestroy(exec));
+  ASSERT_CU_OK(g.graphDestroy(ended));
+
+  // A fork not joined back fails the capture, and leaves it.
+  ASSERT_CU_OK(g.begin(s, 0));
+  ASSERT_CU_OK(a.cuEventRecord(forked, s));
+  ASSERT_CU_OK(a.cuStreamWaitEvent(side, forked, 0));
+  ASSERT_CU_OK(a.cuLaunchHostFunc(side, &Step::run, w));
+  EXPECT_CU(904, g.end(s, &ended));  // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+  EXPECT_EQ(ended, nullptr);
+  ASSERT_CU_OK(a.cuStreamGetCaptureInfo(side, &status, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, kCaptureStatusNone);
+
+  // Two captures do not merge.
+  ASSERT_CU_OK(g.begin(s, 2));
+  ASSERT_CU_OK(a.cuEventRecord(forked, s));
+  ASSERT_CU_OK(g.begin(other, 2));
+  EXPECT_CU(902, a.cuStreamWaitEvent(other, forked, 0));  // CUDA_ERROR_STREAM_CAPTURE_MERGE
+  ASSERT_CU_OK(g.end(other, &ended));
+  ASSERT_CU_OK(g.graphDestroy(ended));
+  ASSERT_CU_OK(g.end(s, &ended));
+  ASSERT_CU_OK(g.graphDestroy(ended));
+  // After the capture an event recorded in it is waited on as any other (nothing to wait for).
+  ASSERT_CU_OK(a.cuStreamWaitEvent(side, forked, 0));
+  ASSERT_CU_OK(a.cuStreamSynchronize(side));
+  ASSERT_CU_OK(a.cuEventDestroy(forked));
+  ASSERT_CU_OK(a.cuEventDestroy(joined));
+}
+
 // Capture modes as the driver has them: while a thread captures in GLOBAL mode, every thread in
 // GLOBAL mode is refused allocations and synchronization; RELAXED (cuThreadExchangeStreamCapture
 // Mode) may; a THREAD_LOCAL capture binds only its own thread; a capture in another mode than

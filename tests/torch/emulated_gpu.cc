@@ -27,6 +27,8 @@ namespace loom::cuda {
 struct CUctx_st;
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 }  // namespace loom::cuda
 
 namespace {
@@ -36,6 +38,8 @@ using CUdevice = int;
 using CUcontext = loom::cuda::CUctx_st*;
 using CUstream = loom::cuda::CUstream_st*;
 using CUevent = loom::cuda::CUevent_st*;
+using CUgraph = loom::cuda::CUgraph_st*;
+using CUgraphExec = loom::cuda::CUgraphExec_st*;
 using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver's type
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kNotReady = 600;
@@ -62,6 +66,12 @@ struct Driver {
   CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*hostAlloc)(void**, size_t, unsigned) = nullptr;
   CUresult (*streamWaitValue64)(CUstream, CUdeviceptr, uint64_t, unsigned) = nullptr;
+  CUresult (*beginCapture)(CUstream, int) = nullptr;
+  CUresult (*endCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;  // NOLINT
+  CUresult (*graphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*graphDestroy)(CUgraph) = nullptr;
+  CUresult (*execDestroy)(CUgraphExec) = nullptr;
   std::array<CUcontext, 8> ctx{};
   int count = 0;
 };
@@ -216,6 +226,12 @@ void install(const std::string& path) {
   sym(d.memcpyAsync, "cuMemcpyAsync");
   sym(d.hostAlloc, "cuMemHostAlloc");
   sym(d.streamWaitValue64, "cuStreamWaitValue64_v2");
+  sym(d.beginCapture, "cuStreamBeginCapture_v2");
+  sym(d.endCapture, "cuStreamEndCapture");
+  sym(d.instantiate, "cuGraphInstantiateWithFlags");
+  sym(d.graphLaunch, "cuGraphLaunch");
+  sym(d.graphDestroy, "cuGraphDestroy");
+  sym(d.execDestroy, "cuGraphExecDestroy");
   ok(d.init(0), "cuInit");
   ok(d.deviceCount(&d.count), "cuDeviceGetCount");
   TORCH_CHECK(d.count > 0 && d.count <= 8, "loom_emulated_gpu: ", d.count, " devices");
@@ -313,6 +329,35 @@ void synchronize(int64_t d) {
   ok(drv().streamSync(current(dev)), "cuStreamSynchronize");
 }
 
+// CUDA graphs as torch.cuda.graph makes them, on the emulated driver: capture on device d's
+// current stream (mode: CU_STREAM_CAPTURE_MODE_*; GLOBAL, torch.cuda.graph's default), then the
+// executable graph (its handle as an integer), launched on the current stream.
+void beginCapture(int64_t d, int64_t mode) {
+  enter(static_cast<c10::DeviceIndex>(d));
+  ok(drv().beginCapture(current(static_cast<c10::DeviceIndex>(d)), static_cast<int>(mode)),
+     "cuStreamBeginCapture");
+}
+int64_t endCapture(int64_t d) {
+  enter(static_cast<c10::DeviceIndex>(d));
+  CUgraph g = nullptr;
+  ok(drv().endCapture(current(static_cast<c10::DeviceIndex>(d)), &g), "cuStreamEndCapture");
+  CUgraphExec e = nullptr;
+  const CUresult r = drv().instantiate(&e, g, 0);
+  drv().graphDestroy(g);  // the executable keeps what it needs
+  ok(r, "cuGraphInstantiateWithFlags");
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(e));
+}
+void launchGraph(int64_t exec, int64_t d) {
+  enter(static_cast<c10::DeviceIndex>(d));
+  ok(drv().graphLaunch(reinterpret_cast<CUgraphExec>(static_cast<intptr_t>(exec)),
+                       current(static_cast<c10::DeviceIndex>(d))),
+     "cuGraphLaunch");
+}
+void destroyGraph(int64_t exec) {
+  ok(drv().execDestroy(reinterpret_cast<CUgraphExec>(static_cast<intptr_t>(exec))),
+     "cuGraphExecDestroy");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -328,4 +373,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "use_default_stream", [](int64_t d) { useNewStream(d, false); }, pybind11::arg("device") = 0);
   m.def("synchronize", &synchronize, pybind11::arg("device") = 0);
+  m.def("begin_capture", &beginCapture, pybind11::arg("device") = 0, pybind11::arg("mode") = 0);
+  m.def("end_capture", &endCapture, pybind11::arg("device") = 0);
+  m.def("launch_graph", &launchGraph, pybind11::arg("exec"), pybind11::arg("device") = 0);
+  m.def("destroy_graph", &destroyGraph);
 }

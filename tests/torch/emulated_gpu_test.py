@@ -10,6 +10,10 @@ them (CUDA IPC between the ranks' processes, streams, its kernels' host build). 
   wait() return while the gate is closed (the host is not blocked) and is_completed() is False;
   a copy made on the caller's stream after wait() reads the result once the gate opens (wait()
   made the stream wait); the same from a second stream made current; the Future's value;
+- CUDA graphs (torch.cuda.graph's way, on the emulated driver: a capture of the current stream in
+  GLOBAL mode): a blocking all_reduce, an async all_reduce waited on in the capture and an
+  allreduce_coalesced, captured once, nothing run at capture, then three launches with new inputs
+  written before each: every launch reduces that launch's inputs;
 - bad input: tensors of two devices in one operation;
 - destroy_process_group with an operation still waiting on the stream: it completes first;
 - (--mode dead) a rank that dies while the other's stream waits: the stream is released, and the
@@ -141,6 +145,39 @@ def check_stream_order(rank, n, new_stream):
     return pending
 
 
+def check_graph(rank, n):
+    count = 1 << 12
+    x = cuda(torch.zeros(count))
+    y = cuda(torch.zeros(7, dtype=torch.float64))
+    zs = [cuda(torch.zeros(5)), cuda(torch.zeros(3, dtype=torch.int32))]
+    egpu.synchronize()
+    egpu.begin_capture()
+    dist.all_reduce(x)
+    work = dist.all_reduce(y, op=dist.ReduceOp.MAX, async_op=True)
+    work.wait()  # the caller's stream joins the backend's again, inside the capture
+    dist.distributed_c10d._get_default_group().allreduce_coalesced(zs).wait()
+    graph = egpu.end_capture()
+    same(egpu.to_cpu(x), torch.zeros(count), "the captured all_reduce ran at capture")
+    for k in range(1, 4):
+        egpu.write(x, torch.full((count,), float(rank + k)))
+        egpu.write(y, torch.full((7,), float(rank * k), dtype=torch.float64))
+        egpu.write(zs[0], torch.full((5,), float(k)))
+        egpu.write(zs[1], torch.full((3,), rank + k, dtype=torch.int32))
+        egpu.launch_graph(graph)
+        same(egpu.to_cpu(x), torch.full((count,), float(sum(r + k for r in range(n)))),
+             f"captured all_reduce, launch {k}")
+        same(egpu.to_cpu(y), torch.full((7,), float((n - 1) * k), dtype=torch.float64),
+             f"captured async all_reduce (MAX), launch {k}")
+        same(egpu.to_cpu(zs[0]), torch.full((5,), float(n * k)), f"captured coalesced, launch {k}")
+        same(egpu.to_cpu(zs[1]), torch.full((3,), sum(r + k for r in range(n)), dtype=torch.int32),
+             f"captured coalesced int32, launch {k}")
+    egpu.synchronize()
+    egpu.destroy_graph(graph)
+    t = cuda(torch.ones(3))
+    dist.all_reduce(t)
+    same(egpu.to_cpu(t), torch.full((3,), float(n)), "an eager all_reduce after the graph")
+
+
 def check_bad_input(rank, n):
     raises(lambda: dist.all_gather_into_tensor(cuda(torch.zeros(3 * n)), torch.zeros(3)),
            ["loom", "cpu", "cuda:0"], "a CUDA output and a CPU input")
@@ -218,11 +255,13 @@ def main(rank, n, port, mode="ops"):
     checked = check_ops(rank, n)
     check_stream_order(rank, n, False)
     check_stream_order(rank, n, True)
+    check_graph(rank, n)
     check_bad_input(rank, n)
     dist.barrier(group=gloo)
     if rank == 0:
         print(f"emulated_gpu_test: {n} ranks passed ({checked} all_reduce cases on CUDA tensors, "
-              "stream order on the default and a new stream)", flush=True)
+              "stream order on the default and a new stream, a captured graph launched 3 times)",
+              flush=True)
     destroy_with_pending(rank, n)
 
 

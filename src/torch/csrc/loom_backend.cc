@@ -10,22 +10,33 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
+
+// The stream handle type of Loom's driver table (src/device/cuda_driver.h, which this extension
+// cannot include), so that the call below has its callee's exact type where that callee is
+// checked (the emulated driver under UndefinedBehaviorSanitizer: tools/sanitize_torch.sh).
+namespace loom::cuda {
+struct CUstream_st;
+}  // namespace loom::cuda
 
 namespace loom_torch {
 namespace {
 
 // Whether CUDA stream s is being captured into a graph: the driver's cuStreamIsCapturing, from the
-// libcuda.so.1 that PyTorch's CUDA build has loaded (false where none is loaded: no CUDA graphs).
+// driver Loom uses (LOOM_CUDA_LIB, else the libcuda.so.1 that PyTorch's CUDA build has loaded;
+// false where none is loaded: no CUDA graphs).
 bool streamCapturing(void* s) {
-  using IsCapturing = int (*)(void*, int*);
+  using IsCapturing = int (*)(loom::cuda::CUstream_st*, int*);
   static const IsCapturing isCapturing = []() -> IsCapturing {
-    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    const char* named = std::getenv("LOOM_CUDA_LIB");
+    void* lib = ::dlopen(named && *named ? named : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     return lib ? reinterpret_cast<IsCapturing>(::dlsym(lib, "cuStreamIsCapturing")) : nullptr;
   }();
   int status = 0;
-  return isCapturing != nullptr && isCapturing(s, &status) == 0 && status != 0;
+  return isCapturing != nullptr &&
+         isCapturing(static_cast<loom::cuda::CUstream_st*>(s), &status) == 0 && status != 0;
 }
 
 // A Loom call's failure as torch.distributed.DistBackendError, with Loom's message (which rank,
@@ -439,16 +450,14 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
   const c10::Device dev = opDevice(outputs, inputs, title);
   auto work = c10::make_intrusive<LoomWork>(getRank(), type, title, outputs, dev, ref_);
   Op op{std::move(issue), std::move(finish), work, nullptr, std::move(inputs)};
+  bool capturing = false;
   if (dev.is_cuda()) {
     ref_->throwIfFailed(title);  // a failure on the stream since the last operation
     const c10::Stream caller = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(dev);
-    // The operations run on the backend's own stream from its worker thread, which a capture on
-    // the caller's stream would not follow: refused (Loom's C API keeps captured calls).
-    TORCH_CHECK(!streamCapturing(caller.native_handle()), "loom: ", title,
-                ": the current CUDA stream is being captured into a CUDA graph "
-                "(torch.cuda.graph): Loom's process group does not take part in graph capture; "
-                "make the operation outside the capture");
-    // What the caller's stream holds now comes before the operation.
+    capturing = streamCapturing(caller.native_handle());
+    // What the caller's stream holds now comes before the operation. Under capture
+    // (torch.cuda.graph) the backend's stream joins the capture by waiting on this event, and
+    // Loom keeps its calls for the graph (include/loom/loom.h, "CUDA graphs").
     op.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
     op.ready->record(caller);
     for (at::Tensor& t : outputs) op.tensors.push_back(std::move(t));
@@ -464,16 +473,29 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
       coalesced_.push_back(std::move(batch[0]));
       return work;
     }
-    if (!sync || busy_ || !queue_.empty()) {
+    if (!capturing && (!sync || busy_ || !queue_.empty())) {
       queue_.push_back(std::move(batch));
       lk.unlock();
       cv_.notify_all();
       return work;
     }
-    busy_ = true;  // run here, now: the worker waits
   }
+  // Run here, now (the worker waits). Under capture always, after what was queued before: the
+  // capture's calls are made on the capturing thread, so that every CUDA call joining the
+  // capture comes from it (in GLOBAL mode another thread's unsafe calls would break it), and in
+  // this process group's order.
+  holdWhenIdle(title);
   runHeld(batch);
   return work;
+}
+
+void LoomBackend::holdWhenIdle(const char* title) {
+  std::unique_lock<std::mutex> lk(mu_);
+  ++idleWaiters_;
+  cv_.wait(lk, [&] { return stopping_ || (!busy_ && queue_.empty()); });
+  --idleWaiters_;
+  TORCH_CHECK(!stopping_, "loom: ", title, ": the process group was shut down or aborted");
+  busy_ = true;
 }
 
 void LoomBackend::run() {
@@ -572,13 +594,28 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::endCoalescing() {
   auto work = c10::make_intrusive<LoomWork>(getRank(), c10d::OpType::COALESCED, "loom:coalesced",
                                             outputs, dev, ref_);
   batch.push_back(Op{nullptr, nullptr, work, nullptr, {}});  // completes with the batch
+  // Under capture on this thread, as enqueue runs a single operation.
+  const bool capturing =
+      dev.is_cuda() &&
+      streamCapturing(
+          c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(dev).native_handle());
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!stopping_) {
+    if (!stopping_ && !capturing) {
       queue_.push_back(std::move(batch));
       cv_.notify_one();
       return work;
     }
+  }
+  if (capturing) {
+    try {
+      holdWhenIdle("coalesced operations");
+    } catch (...) {  // shut down or aborted meanwhile: the held operations fail
+      for (Op& op : batch) op.work->complete(std::current_exception());
+      throw;
+    }
+    runHeld(batch);
+    return work;
   }
   // Shut down or aborted meanwhile (PyTorch aborts every group inside a coalescing region): an
   // empty region is done; held operations fail.
@@ -623,15 +660,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce(std::vector<at::Tensor>& t
 void LoomBackend::directAllReduce(const at::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu(), "loom: direct_all_reduce takes CPU tensors, not ", t.device());
   const Buf b = buf(t, "direct_all_reduce", Use::kSumOrAvg);
-  {
-    // After the operations queued before, as a blocking operation runs (the worker waits).
-    std::unique_lock<std::mutex> lk(mu_);
-    ++idleWaiters_;
-    cv_.wait(lk, [&] { return stopping_ || (!busy_ && queue_.empty()); });
-    --idleWaiters_;
-    TORCH_CHECK(!stopping_, "loom: direct_all_reduce: the process group was shut down");
-    busy_ = true;
-  }
+  holdWhenIdle("direct_all_reduce");  // after the operations queued before
   const loomResult_t r = loomAllReduce(b.ptr, b.ptr, b.count, b.type, loomSum, comm_, nullptr);
   release();
   check(r, "direct_all_reduce");

@@ -176,8 +176,9 @@ class LoomBackend : public c10d::Backend {
     std::vector<at::Tensor> tensors;
   };
   // Queues the operation, or, for a blocking call (sync: PyTorch waits on the Work at once) with
-  // nothing queued or running, runs it on the calling thread: no handoff to the worker. inputs:
-  // the tensors it reads (and temporaries) beside its outputs.
+  // nothing queued or running, runs it on the calling thread: no handoff to the worker. Under
+  // CUDA graph capture it runs on the calling thread after what was queued. inputs: the tensors
+  // it reads (and temporaries) beside its outputs.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
                                          std::vector<at::Tensor> outputs,
                                          std::vector<at::Tensor> inputs, bool sync,
@@ -203,6 +204,9 @@ class LoomBackend : public c10d::Backend {
   void release();
   // Runs a batch this thread holds (busy_ set by it), then lets the next one go.
   void runHeld(std::vector<Op>& batch);
+  // Waits until nothing is queued or running, then holds the backend (busy_) for this thread;
+  // throws when it is shut down or aborted meanwhile.
+  void holdWhenIdle(const char* title);
   // One Loom group: sends[r] to and recvs[r] from every other rank r (empty ones skipped).
   void exchange(const std::vector<Buf>& sends, const std::vector<Buf>& recvs,
                 const char* op);  // on the worker: one op, or a coalesced group
@@ -219,7 +223,7 @@ class LoomBackend : public c10d::Backend {
   bool stopping_ = false;
   bool stopped_ = false;  // the communicator is destroyed or aborted, the worker joined
   bool busy_ = false;     // a batch runs (on the worker, or inline on a caller)
-  int idleWaiters_ = 0;   // threads waiting for !busy_ (shutdown, direct_all_reduce)
+  int idleWaiters_ = 0;   // threads waiting for !busy_ (shutdown, holdWhenIdle)
   bool coalescing_ = false;
   std::vector<Op> coalesced_;
   std::thread worker_;

@@ -1,12 +1,79 @@
 // Entry points: stream capture into graphs, executable graphs, user objects, and the thread's
-// capture mode. A capture records the stream's operations in order (one stream: no forks or joins
-// through events); a launch runs them on the launch stream after the executable's previous launch.
+// capture mode. A capture records its streams' operations in order: the stream that began it, and
+// the streams that joined it by waiting on an event recorded in it (forks, which the origin must
+// wait for again before the capture ends); a launch runs them on the launch stream after the
+// executable's previous launch.
 #include "tests/device/fake_cuda/streams.h"
 
 using namespace fakecuda;    // NOLINT(build/namespaces)
 using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's types and constants
 
 namespace fakecuda {
+
+CUresult recordInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<Event>& e) {
+  // No node, as the driver makes none: the event stands for the stream's work so far.
+  if (s->capture.load() != kCaptureStatusActive) return kErrorCaptureInvalidated;
+  std::shared_ptr<Graph> g = s->captureLocked([](Stream::Capture& c) { return c.graph; });
+  if (g == nullptr) return kSuccess;  // loomtest_fakecuda_set_capturing's: nothing kept
+  size_t at = 0;
+  {
+    std::lock_guard<std::mutex> lk(g->mu);
+    at = g->ops.size();
+  }
+  std::lock_guard<std::mutex> lk(e->mu);
+  e->capturedIn = g;
+  e->capturedOn = s.get();
+  e->capturedAt = at;
+  return kSuccess;
+}
+
+CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<Event>& e,
+                       bool* handled) {
+  *handled = false;
+  std::shared_ptr<Graph> g;
+  const Stream* on = nullptr;
+  size_t at = 0;
+  {
+    std::lock_guard<std::mutex> lk(e->mu);
+    g = e->capturedIn.lock();
+    on = e->capturedOn;
+    at = e->capturedAt;
+  }
+  if (g == nullptr) return kSuccess;
+  {
+    std::lock_guard<std::mutex> lk(g->mu);
+    if (!g->capturing) return kSuccess;  // that capture has ended: an ordinary wait
+  }
+  *handled = true;
+  if (s->capture.load() == kCaptureStatusInvalidated) return kErrorCaptureInvalidated;
+  // The capture's id, mode and thread, from the stream that recorded the event (alive: it
+  // captures until the capture ends).
+  Stream::Capture joined;
+  {
+    std::shared_ptr<Stream> from;
+    streamOf(reinterpret_cast<CUstream>(const_cast<Stream*>(on)), false, &from);
+    if (from == nullptr) return kErrorInvalidHandle;
+    joined = from->captureLocked([](Stream::Capture& c) { return c; });
+  }
+  const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
+    if (c.graph == nullptr) {  // not capturing: it joins as a fork
+      c = joined;
+      c.origin = false;
+      std::lock_guard<std::mutex> lk(g->mu);
+      g->forks.push_back({s, g->ops.size(), g->ops.size()});
+      s->capture.store(kCaptureStatusActive, std::memory_order_release);
+      return kSuccess;
+    }
+    if (c.graph != g) return kErrorCaptureMerge;
+    if (c.origin) {  // the origin waits for a fork: joined up to the record
+      std::lock_guard<std::mutex> lk(g->mu);
+      for (Graph::Fork& f : g->forks)
+        if (f.stream.lock().get() == on && f.joinedTo < at) f.joinedTo = at;
+    }
+    return kSuccess;
+  });
+  return rc;  // no node: the operations after it are captured after the event's
+}
 
 void releaseUserObject(UserObject* o, unsigned n) {
   if (o->refs.fetch_sub(n, std::memory_order_acq_rel) != static_cast<long long>(n)) return;
@@ -90,6 +157,7 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
     Stream::Capture ended;
     const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
       if (c.graph == nullptr) return kErrorIllegalState;
+      if (!c.origin) return kErrorCaptureUnmatched;  // a fork: the origin ends the capture
       if (c.mode != kCaptureModeRelaxed && c.thread != threadTag()) return kErrorCaptureWrongThread;
       ended = std::move(c);
       c = Stream::Capture{};
@@ -97,14 +165,33 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
     });
     FAKECUDA_TRY(rc);
     captureStarted(ended.mode, -1);
-    const int status = s->capture.exchange(kCaptureStatusNone);
+    int status = s->capture.exchange(kCaptureStatusNone);
+    // The forks leave the capture; one not joined back (or invalidated) fails it.
+    std::vector<Graph::Fork> forks;
+    {
+      std::lock_guard<std::mutex> lk(ended.graph->mu);
+      ended.graph->capturing = false;
+      forks.swap(ended.graph->forks);
+    }
+    CUresult failed = kErrorCaptureInvalidated;
+    for (const Graph::Fork& f : forks) {
+      std::shared_ptr<Stream> fork = f.stream.lock();
+      if (fork == nullptr) continue;
+      fork->captureLocked([](Stream::Capture& c) { return c = Stream::Capture{}, 0; });
+      if (fork->capture.exchange(kCaptureStatusNone) != kCaptureStatusActive)
+        status = kCaptureStatusInvalidated;
+      if (f.lastOp > f.joinedTo && status == kCaptureStatusActive) {
+        status = kCaptureStatusInvalidated;
+        failed = kErrorCaptureUnjoined;
+      }
+    }
     *graph = nullptr;
     if (status == kCaptureStatusActive) {
       *graph = reinterpret_cast<CUgraph>(ended.graph.get());
       return kSuccess;
     }
     handles().drop(&Handles::graphs, ended.graph.get(), kGraphs);
-    return kErrorCaptureInvalidated;
+    return failed;
   });
 }
 

@@ -142,11 +142,12 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
     std::shared_ptr<Stream> s;
     FAKECUDA_TRY(streamOf(stream, true, &s));
     if (e->ctx != s->ctx() || e->gen != s->gen()) return kErrorInvalidHandle;
-    if (s->capture.load() != kCaptureStatusNone) return s->enqueue([](Stream&) { return 0; });
+    if (s->capture.load() != kCaptureStatusNone) return recordInCapture(s, e);
     uint64_t target = 0;
     {
       std::lock_guard<std::mutex> lk(e->mu);
       target = ++e->recorded;
+      e->capturedIn.reset();
     }
     return s->enqueue([e, target](Stream&) {
       {
@@ -191,6 +192,9 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
   return onEvent(event, [&](const std::shared_ptr<Event>& e) {
     std::shared_ptr<Stream> s;
     FAKECUDA_TRY(streamOf(stream, true, &s));
+    bool captured = false;
+    const CUresult rc = waitInCapture(s, e, &captured);
+    if (captured) return rc;
     uint64_t target = 0;
     {
       std::lock_guard<std::mutex> lk(e->mu);

@@ -15,6 +15,9 @@ static_assert(kErrorNotPermitted == CUDA_ERROR_NOT_PERMITTED, "cuda.h");
 static_assert(kErrorCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuda.h");
 static_assert(kErrorIllegalState == CUDA_ERROR_ILLEGAL_STATE, "cuda.h");
 static_assert(kErrorCaptureWrongThread == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "cuda.h");
+static_assert(kErrorCaptureUnmatched == CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "cuda.h");
+static_assert(kErrorCaptureMerge == CUDA_ERROR_STREAM_CAPTURE_MERGE, "cuda.h");
+static_assert(kErrorCaptureUnjoined == CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "cuda.h");
 
 static_assert(kErrorUnknown == CUDA_ERROR_UNKNOWN, "cuda.h");
 static_assert(kCaptureStatusInvalidated == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "cuda.h");

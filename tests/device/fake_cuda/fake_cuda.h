@@ -102,7 +102,11 @@
 // - Stream capture (cuStreamBeginCapture_v2 ... cuStreamEndCapture) records the stream's work in
 //   order into a graph, without running it (counted: "captured_ops"); synchronizing or querying
 //   the capturing stream is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture.
-//   One stream per capture: an event recorded in a capture does not fork another stream into it.
+//   A stream that waits on an event recorded in a capture joins it (a fork; its work goes to
+//   the same graph), and the capture ends only when the stream that began it has waited on an
+//   event the fork recorded after its last work (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED; a
+//   fork joined through another fork is not followed). The graph is its operations in the order
+//   they were captured, which keeps every dependency, and a launch runs them one after another.
 //   cuGraphInstantiateWithFlags (flags 0) copies the work; cuGraphLaunch runs it on the launch
 //   stream after the executable's previous launch. User objects (cuUserObjectCreate,
 //   cuGraphRetainUserObject) are owned by graphs and their executables; the last reference runs

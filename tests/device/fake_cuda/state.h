@@ -47,6 +47,9 @@ constexpr CUresult kErrorHostMemoryAlreadyRegistered = 712;
 constexpr CUresult kErrorHostMemoryNotRegistered = 713;
 constexpr CUresult kErrorNotPermitted = 800;
 constexpr CUresult kErrorCaptureInvalidated = 901;
+constexpr CUresult kErrorCaptureMerge = 902;
+constexpr CUresult kErrorCaptureUnmatched = 903;
+constexpr CUresult kErrorCaptureUnjoined = 904;
 constexpr CUresult kErrorCaptureWrongThread = 908;
 constexpr CUresult kErrorUnknown = 999;
 // Values beyond cuda_driver.h's (checked against cuda.h where it is installed: check_values.cc).

@@ -101,11 +101,18 @@ void Stream::start() {
 CUresult Stream::enqueue(OpFn op) {
   const int cap = capture.load(std::memory_order_acquire);
   if (cap == kCaptureStatusActive) {
-    std::shared_ptr<Graph> g = captureLocked([](Capture& c) { return c.graph; });
+    bool origin = true;
+    std::shared_ptr<Graph> g = captureLocked([&](Capture& c) {
+      origin = c.origin;
+      return c.graph;
+    });
     count(kCapturedOps);
     if (g != nullptr) {  // else loomtest_fakecuda_set_capturing's: dropped
       std::lock_guard<std::mutex> lk(g->mu);
       g->ops.push_back(std::move(op));
+      if (!origin)
+        for (Graph::Fork& f : g->forks)
+          if (f.stream.lock().get() == this) f.lastOp = g->ops.size();
     }
     return kSuccess;
   }

@@ -60,12 +60,14 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // loomtest_fakecuda_set_capturing (no graph: the work is counted and dropped).
   std::atomic<int> capture{0};
   // cuStreamBeginCapture's: the graph the stream's work goes to, the capture's id, its mode and
-  // the thread that began it. Set and read under the stream's lock (captureLocked).
+  // the thread that began it; origin: this stream began it (else it joined it by waiting on an
+  // event recorded in it). Set and read under the stream's lock (captureLocked).
   struct Capture {
     std::shared_ptr<Graph> graph;
     uint64_t id = 0;
     int mode = 0;
     const void* thread = nullptr;
+    bool origin = true;
   };
   // Runs f(Capture&) under the stream's lock.
   template <class F>
@@ -108,6 +110,11 @@ struct Event {
   std::condition_variable cv;
   uint64_t recorded = 0;   // records enqueued
   uint64_t completed = 0;  // the highest record the device has reached
+  // Last recorded in a capture (else null): its graph, the stream that recorded it, and how many
+  // of the graph's operations came before the record.
+  std::weak_ptr<Graph> capturedIn;
+  const Stream* capturedOn = nullptr;
+  size_t capturedAt = 0;
 };
 
 struct Module;
@@ -150,13 +157,33 @@ struct UserRefs {
   }
 };
 
-// A graph made by stream capture: the captured operations in order (one stream's capture: the
-// graph is a chain).
+// A graph made by stream capture: the captured operations in the order they were captured, on
+// the stream that began the capture and on the streams that joined it (forks: each waited on an
+// event recorded in the capture). That order respects every dependency the capture made, so a
+// launch runs them one after another.
 struct Graph {
-  std::mutex mu;  // ops
+  std::mutex mu;  // ops, forks, capturing
   std::vector<OpFn> ops;
+  // A fork, the end of its last operation in ops, and how far the origin stream has waited for
+  // it (an event the fork recorded): joined when that covers its last operation. A capture ends
+  // with every fork joined (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED), and its forks leave it.
+  struct Fork {
+    std::weak_ptr<Stream> stream;
+    size_t lastOp = 0, joinedTo = 0;
+  };
+  std::vector<Fork> forks;
+  bool capturing = true;  // until cuStreamEndCapture
   UserRefs owned;
 };
+
+// cuEventRecord on stream s while it captures: e remembers where in the capture (no node).
+CUresult recordInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<Event>& e);
+// cuStreamWaitEvent on event e last recorded in a capture still under way (*handled: e was;
+// else the caller waits as for any event): stream s joins that capture (a fork), or, already in
+// it, waits on that point of it (the origin joining a fork back). A stream of another capture:
+// CUDA_ERROR_STREAM_CAPTURE_MERGE.
+CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<Event>& e,
+                       bool* handled);
 
 // An executable graph: its operations and its references to the graph's user objects, held
 // until the executable is destroyed and its launches have run. Launches run one after another.
