@@ -9,6 +9,8 @@ Every rank uses GPU rank % device_count (all ranks share GPU 0 on a one-GPU mach
   operations made on a side stream (torch.cuda.stream) follow that stream; the Future's value on
   the GPU after then();
 - coalesced operations, a subgroup (new_group), "cpu:gloo,cuda:loom" as one group's backends;
+- CUDA graphs: an all_reduce (blocking), an async all_reduce waited on and an all_gather_into_tensor
+  captured by torch.cuda.graph, replayed three times with new inputs written before each;
 - DistributedDataParallel on the GPU for 100 steps: the replicas stay bit for bit equal across
   ranks and the loss falls;
 - bad input: tensors of two devices in one operation, a CUDA tensor and a CPU tensor.
@@ -211,6 +213,34 @@ def check_ddp(rank, n, gloo, d):
     return first, last
 
 
+def check_graph(rank, n, gloo, d):
+    x = torch.zeros(1 << 16, device=d)
+    y = torch.zeros(7, dtype=torch.float64, device=d)
+    mine = torch.zeros(5, device=d)
+    everyone = torch.zeros(5 * n, device=d)
+    dist.all_reduce(x)  # eager first, as users warm up before a capture
+    torch.cuda.synchronize(d)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(x)
+        dist.all_reduce(y, op=dist.ReduceOp.MAX, async_op=True).wait()
+        dist.all_gather_into_tensor(everyone, mine)
+    torch.cuda.synchronize(d)
+    for k in range(1, 4):
+        x.fill_(float(rank + k))
+        y.fill_(float(rank * k))
+        mine.fill_(float(rank * 10 + k))
+        graph.replay()
+        torch.cuda.synchronize(d)
+        same(x.cpu(), torch.full((1 << 16,), float(sum(r + k for r in range(n)))),
+             f"graph replay {k}: all_reduce")
+        same(y.cpu(), torch.full((7,), float((n - 1) * k), dtype=torch.float64),
+             f"graph replay {k}: async all_reduce (MAX)")
+        same(everyone.cpu(), torch.cat([torch.full((5,), float(r * 10 + k)) for r in range(n)]),
+             f"graph replay {k}: all_gather_into_tensor")
+    del graph
+
+
 def check_bad_input(rank, n, gloo, d):
     raises(lambda: dist.all_gather_into_tensor(torch.empty(3 * n, device=d), torch.zeros(3)),
            ["loom", "cpu"], "a CUDA output and a CPU input")
@@ -231,6 +261,7 @@ def main(rank, n, port):
     host, pending = check_streams(rank, n, gloo, d)
     check_others(rank, n, gloo, d)
     first, last = check_ddp(rank, n, gloo, d)
+    check_graph(rank, n, gloo, d)
     check_bad_input(rank, n, gloo, d)
     # Reported, not asserted as a time: wait() returned while the GPU still slept (about 1 s).
     done(rank, f"cuda_test: {n} ranks on {torch.cuda.get_device_name(d)} passed: {checked} "
