@@ -39,11 +39,12 @@
  * it, on the buffers named at capture (which must stay allocated while the graph may run), taking
  * its place in the communicator's order there, as a call enqueued at that moment would (calls
  * still waiting for that stream come after it). The kept call lives as long as the graph and its
- * executable graphs. A group under
- * capture has all its calls on the capturing stream; one executable graph of a capture runs at a
- * time (two launched at once fail the communicator: their calls would have no order between
- * ranks); a graph launched after its communicator was destroyed skips its calls and goes on. Loom
- * makes the driver calls that a capture in progress forbids (allocations) in RELAXED mode.
+ * executable graphs. A group under capture has its calls on streams of that one capture (others
+ * fork into it by waiting on an event recorded in it); the graph joins them at the group as an
+ * eager group's streams are joined. One executable graph of a capture runs at a time (two
+ * launched at once fail the communicator: their calls would have no order between ranks); a graph
+ * launched after its communicator was destroyed skips its calls and goes on. Loom makes the driver
+ * calls that a capture in progress forbids (allocations) in RELAXED mode.
  *
  * Groups. Between loomGroupStart and loomGroupEnd a call is checked (argument errors come back at
  * once), queued, and returns at once; the work happens in the outermost loomGroupEnd.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "src/core/collective.h"
 #include "src/core/dtype.h"
@@ -91,6 +92,15 @@ KeptWords& keptWords() {
   return *w;
 }
 
+// The capture of stream s (cuStreamGetCaptureInfo, _v3 where the driver has it): its status, id
+// and graph (each may be null).
+cuda::CUresult captureInfo(cuda::CUstream s, int* status, uint64_t* id, cuda::CUgraph* graph) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  return api.cuStreamGetCaptureInfo3
+             ? api.cuStreamGetCaptureInfo3(s, status, id, graph, nullptr, nullptr, nullptr)
+             : api.cuStreamGetCaptureInfo(s, status, id, graph, nullptr, nullptr);
+}
+
 // Whether a job's streams are being captured into a CUDA graph (*captured), refusing what Loom
 // cannot keep for a graph.
 Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* captured) {
@@ -108,12 +118,6 @@ Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* capture
     ++active;
   }
   if (active == 0) return Status();
-  if (streams.size() > 1)
-    return LOOM_ERROR(kInvalidUsage,
-                      "a group's calls are on {} streams, {} of them being captured into a CUDA "
-                      "graph: Loom keeps the calls of a graph on one stream; put the group's calls "
-                      "on the capturing stream",
-                      streams.size(), active);
   if ((!api.cuStreamGetCaptureInfo && !api.cuStreamGetCaptureInfo3) || !api.cuUserObjectCreate ||
       !api.cuUserObjectRelease || !api.cuGraphRetainUserObject)
     return LOOM_ERROR(kInvalidUsage,
@@ -121,6 +125,23 @@ Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* capture
                       "lacks graph user objects (CUDA 11.3 and later have them): make the call "
                       "outside the capture",
                       cuda::cudaDriver().version);
+  // A group on several streams: every one of them in the same capture (the graph then joins them
+  // at the group, as handOff's events do for eager calls).
+  std::set<uint64_t> ids;
+  for (cuda::CUstream s : streams) {
+    uint64_t id = 0;
+    int status = cuda::kCaptureStatusNone;
+    cuda::CUresult rc = captureInfo(s, &status, &id, nullptr);
+    if (rc != cuda::kSuccess) return cuda::cudaError(rc, "cuStreamGetCaptureInfo");
+    if (status == cuda::kCaptureStatusActive) ids.insert(id);
+  }
+  if (active < streams.size() || ids.size() > 1)
+    return LOOM_ERROR(kInvalidUsage,
+                      "a group's calls are on {} streams, {} of them being captured into a CUDA "
+                      "graph{}: a group's streams must all be in one capture (fork the others "
+                      "into it: an event recorded on the capturing stream, waited on by them)",
+                      streams.size(), active,
+                      ids.size() > 1 ? fmt::format(" ({} different captures)", ids.size()) : "");
   *captured = true;
   return Status();
 }
@@ -434,10 +455,7 @@ Status DeviceRunner::capture(Job* job) {
   cuda::CUgraph graph = nullptr;
   cuda::CUuserObject obj = nullptr;
   cuda::CUresult rc = api.cuMemHostGetDevicePointer(&done, k->done, 0);
-  if (rc == cuda::kSuccess)
-    rc = api.cuStreamGetCaptureInfo3
-             ? api.cuStreamGetCaptureInfo3(s, &status, nullptr, &graph, nullptr, nullptr, nullptr)
-             : api.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr);
+  if (rc == cuda::kSuccess) rc = captureInfo(s, &status, nullptr, &graph);
   if (rc == cuda::kSuccess && (status != cuda::kCaptureStatusActive || graph == nullptr))
     rc = cuda::kErrorStreamCaptureUnsupported;
   if (rc == cuda::kSuccess)
@@ -459,15 +477,26 @@ Status DeviceRunner::capture(Job* job) {
     job->holds.clear();
     port_->live.push_back(kept);
   }
-  // What the graph does where the call is: admit it, then wait until it is done. From here a
-  // failure leaves the kept call with the graph (freed with it), which the capture's error has
-  // made unusable.
+  // What the graph does where the call is: admit it, then wait until it is done; a group's other
+  // streams join the first before and wait for it after (events: in a capture they make no node,
+  // only the dependencies). From here a failure leaves the kept call with the graph (freed with
+  // it), which the capture's error has made unusable.
+  auto join = [&](cuda::CUstream from, cuda::CUstream to) -> Status {
+    cuda::CUevent ev = nullptr;
+    LOOM_CU(api.cuEventCreate(&ev, cuda::kEventDisableTiming));
+    cuda::CUresult r = api.cuEventRecord(ev, from);
+    if (r == cuda::kSuccess) r = api.cuStreamWaitEvent(to, ev, 0);
+    api.cuEventDestroy(ev);
+    return r == cuda::kSuccess ? Status() : cuda::cudaError(r, "joining a group's streams");
+  };
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(join(job->streams[i], s));
   LOOM_CU(api.cuLaunchHostFunc(s, &onReplay, kept));
   if (signal_->memOps()) {
     LOOM_CU(api.cuStreamWaitValue64(s, done, 1, cuda::kStreamWaitValueGeq));
   } else {
     LOOM_TRY(device::launchWaitFlag(s, reinterpret_cast<const uint64_t*>(done), 1));
   }
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(join(s, job->streams[i]));
   if (onePass_->usable() && !openerStarted_.exchange(true))
     opener_ = std::thread([this] { openerLoop(); });
   LOOM_INFO(kSubColl, "rank {}: {} call(s) kept for the CUDA graph being captured on stream {}",

@@ -691,8 +691,74 @@ TEST(DeviceCalls, GraphOfADestroyedCommunicatorGoesOnWithoutTheCall) {
   g.execDestroy(exec);
 }
 
+// A group on two streams of one capture (the second forked into it by an event, and joined back
+// before the capture ends, as PyTorch's process groups and NCCL users do): kept as one call; each
+// launch runs both calls on that launch's inputs, and work on either stream after the group sees
+// the results.
+TEST(DeviceCalls, GraphKeepsAGroupOnTwoStreamsOfOneCapture) {
+  SKIP_WITHOUT_GRAPHS(g);
+  const int nranks = GraphRanks::kRanks;
+  GraphRanks gr;
+  const size_t n = 2048;
+  std::string err = gr.run([&](int rank, loomComm_t comm) -> std::string {
+    DevBuf a(n * 4), b(n * 4), c(n * 4), d(n * 4), copyB(n * 4), copyD(n * 4);
+    Stream s1, s2, probe;
+    cuda::CUevent fork = nullptr, back = nullptr;
+    if (!a.ok() || !b.ok() || !c.ok() || !d.ok() || !copyB.ok() || !copyD.ok() || !s1.s || !s2.s ||
+        !probe.s || api().cuEventCreate(&fork, cuda::kEventDisableTiming) != 0 ||
+        api().cuEventCreate(&back, cuda::kEventDisableTiming) != 0)
+      return "setup failed";
+    void* exec = nullptr;
+    std::string e = gr.capture(
+        g, s1.s, GraphApi::kGlobal,
+        [&]() -> std::string {
+          if (api().cuEventRecord(fork, s1.s) != 0 || api().cuStreamWaitEvent(s2.s, fork, 0) != 0)
+            return "forking s2 into the capture failed";
+          loomResult_t r = loomGroupStart();
+          if (r == loomSuccess)
+            r = loomAllReduce(a.ptr(), b.ptr(), n, loomFloat32, loomSum, comm, s1.s);
+          if (r == loomSuccess)
+            r = loomAllReduce(c.ptr(), d.ptr(), n, loomFloat32, loomMax, comm, s2.s);
+          const loomResult_t end = loomGroupEnd();
+          if (r != loomSuccess || end != loomSuccess)
+            return "the captured group: " + outcome(r != loomSuccess ? r : end) + ": " +
+                   loomGetLastError();
+          if (api().cuMemcpyAsync(copyB.p, b.p, n * 4, s1.s) != 0 ||
+              api().cuMemcpyAsync(copyD.p, d.p, n * 4, s2.s) != 0)
+            return "the copies after it failed";
+          if (api().cuEventRecord(back, s2.s) != 0 || api().cuStreamWaitEvent(s1.s, back, 0) != 0)
+            return "joining s2 back failed";
+          return "";
+        },
+        &exec);
+    for (int launch = 1; launch <= 3 && e.empty(); ++launch) {
+      if (!a.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch))) ||
+          !c.put(std::vector<float>(n, static_cast<float>(rank * 10 + launch)))) {
+        e = "upload failed";
+        break;
+      }
+      if (g.launch(exec, s1.s) != 0 || api().cuStreamSynchronize(s1.s) != 0) {
+        e = "launch " + std::to_string(launch) + " failed";
+        break;
+      }
+      const float sum = static_cast<float>(launch * nranks * (nranks + 1) / 2);
+      const float max = static_cast<float>((nranks - 1) * 10 + launch);
+      e = allEqual(b.get(n, probe.s), sum, "the first call's output");
+      if (e.empty()) e = allEqual(copyB.get(n, probe.s), sum, "the copy after it on s1");
+      if (e.empty()) e = allEqual(d.get(n, probe.s), max, "the second call's output");
+      if (e.empty()) e = allEqual(copyD.get(n, probe.s), max, "the copy after it on s2");
+      if (!e.empty()) e = "launch " + std::to_string(launch) + ": " + e;
+    }
+    if (exec) g.execDestroy(exec);
+    api().cuEventDestroy(fork);
+    api().cuEventDestroy(back);
+    return e.empty() ? "" : "rank " + std::to_string(rank) + ": " + e;
+  });
+  EXPECT_EQ(err, "");
+}
+
 // What Loom cannot keep for a graph is refused with the reason: a group whose calls are on two
-// streams of which one is being captured, and a capture that was invalidated.
+// streams of which only one is being captured, and a capture that was invalidated.
 TEST(DeviceCalls, GraphCapturesLoomCannotKeepAreRefusedWithTheirReason) {
   SKIP_WITHOUT_GRAPHS(g);
   OneRankOnDevice t(1024);
