@@ -494,6 +494,18 @@ std::string allEqual(const std::vector<float>& v, float want, const char* what) 
   return "";
 }
 
+// Launch `launch` of exec on s: upload() its inputs first, then check() the results; "" or the
+// error, naming the launch.
+std::string launchChecked(const GraphApi& g, void* exec, CUstream s, int launch,
+                          const std::function<bool()>& upload,
+                          const std::function<std::string()>& check) {
+  const std::string at = "launch " + std::to_string(launch);
+  if (!upload()) return at + ": upload failed";
+  if (g.launch(exec, s) != 0 || api().cuStreamSynchronize(s) != 0) return at + " failed";
+  const std::string e = check();
+  return e.empty() ? e : at + ": " + e;
+}
+
 // An AllReduce captured into a CUDA graph (in GLOBAL mode, the default of cudaStreamBeginCapture
 // and torch.cuda.graph), with a copy of its output after it: nothing runs at capture; each launch
 // reduces the inputs as they are then, and the copy after the call sees the sums. The kept calls
@@ -526,18 +538,14 @@ TEST(DeviceCalls, GraphReplaysACapturedCallWithEachLaunchsValues) {
         &exec);
     if (e.empty() && out.get(n, probe.s) != poison) e = "the call ran when it was captured";
     for (int launch = 1; launch <= 3 && e.empty(); ++launch) {
-      if (!in.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch)))) {
-        e = "upload failed";
-        break;
-      }
-      if (g.launch(exec, s.s) != 0 || api().cuStreamSynchronize(s.s) != 0) {
-        e = "launch " + std::to_string(launch) + " failed";
-        break;
-      }
-      const float want = static_cast<float>(launch * nranks * (nranks + 1) / 2);
-      e = allEqual(out.get(n, probe.s), want, "output");
-      if (e.empty()) e = allEqual(copy.get(n, probe.s), want, "the copy after the call");
-      if (!e.empty()) e = "launch " + std::to_string(launch) + ": " + e;
+      e = launchChecked(
+          g, exec, s.s, launch,
+          [&] { return in.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch))); },
+          [&] {
+            const float want = static_cast<float>(launch * nranks * (nranks + 1) / 2);
+            std::string x = allEqual(out.get(n, probe.s), want, "output");
+            return x.empty() ? allEqual(copy.get(n, probe.s), want, "the copy after the call") : x;
+          });
     }
     if (exec) g.execDestroy(exec);
     loomResult_t async = loomSuccess;
@@ -732,22 +740,21 @@ TEST(DeviceCalls, GraphKeepsAGroupOnTwoStreamsOfOneCapture) {
         },
         &exec);
     for (int launch = 1; launch <= 3 && e.empty(); ++launch) {
-      if (!a.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch))) ||
-          !c.put(std::vector<float>(n, static_cast<float>(rank * 10 + launch)))) {
-        e = "upload failed";
-        break;
-      }
-      if (g.launch(exec, s1.s) != 0 || api().cuStreamSynchronize(s1.s) != 0) {
-        e = "launch " + std::to_string(launch) + " failed";
-        break;
-      }
       const float sum = static_cast<float>(launch * nranks * (nranks + 1) / 2);
       const float max = static_cast<float>((nranks - 1) * 10 + launch);
-      e = allEqual(b.get(n, probe.s), sum, "the first call's output");
-      if (e.empty()) e = allEqual(copyB.get(n, probe.s), sum, "the copy after it on s1");
-      if (e.empty()) e = allEqual(d.get(n, probe.s), max, "the second call's output");
-      if (e.empty()) e = allEqual(copyD.get(n, probe.s), max, "the copy after it on s2");
-      if (!e.empty()) e = "launch " + std::to_string(launch) + ": " + e;
+      e = launchChecked(
+          g, exec, s1.s, launch,
+          [&] {
+            return a.put(std::vector<float>(n, static_cast<float>((rank + 1) * launch))) &&
+                   c.put(std::vector<float>(n, static_cast<float>(rank * 10 + launch)));
+          },
+          [&] {
+            std::string x = allEqual(b.get(n, probe.s), sum, "the first call's output");
+            if (x.empty()) x = allEqual(copyB.get(n, probe.s), sum, "the copy after it on s1");
+            if (x.empty()) x = allEqual(d.get(n, probe.s), max, "the second call's output");
+            if (x.empty()) x = allEqual(copyD.get(n, probe.s), max, "the copy after it on s2");
+            return x;
+          });
     }
     if (exec) g.execDestroy(exec);
     api().cuEventDestroy(fork);
