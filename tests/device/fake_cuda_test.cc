@@ -575,18 +575,22 @@ TEST_F(FakeCudaStreams, StreamsJoinACaptureThroughEvents) {
   ASSERT_CU_OK(g.begin(s, 0));
   ASSERT_CU_OK(a.cuStreamWriteValue64(s, dev(&w[0]), 1, 0));
   ASSERT_CU_OK(a.cuEventRecord(forked, s));
-  ASSERT_CU_OK(a.cuStreamWaitEvent(side, forked, 0));  // side joins the capture
+  ASSERT_CU_OK(a.cuStreamWaitEvent(side, forked, 0));         // side joins the capture
+  ASSERT_CU_OK(a.cuStreamWriteValue64(s, dev(&w[2]), 5, 0));  // the side does not wait for it
   int status = -1;
   cuda::CUgraph graph = nullptr, sideGraph = nullptr;
   ASSERT_CU_OK(a.cuStreamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr));
   ASSERT_CU_OK(a.cuStreamGetCaptureInfo(side, &status, nullptr, &sideGraph, nullptr, nullptr));
   EXPECT_EQ(status, kCaptureStatusActive);
   EXPECT_EQ(sideGraph, graph);
-  // The side's work: w[1] = w[0] + 1 as the graph runs (a host function reads what came first).
+  // The side's work: w[1] = w[0] + 1 as the graph runs (a host function reads what came first),
+  // and w[3] = w[2], which the origin writes with nothing making the side wait for it: a launch
+  // runs the fork as early as its dependencies allow, so it reads 0.
   struct Step {
     static void run(void* p) {
       auto* v = static_cast<uint64_t*>(p);
       v[1] = v[0] + 1;
+      v[3] = v[2];
     }
   };
   ASSERT_CU_OK(a.cuLaunchHostFunc(side, &Step::run, w));
@@ -601,11 +605,13 @@ TEST_F(FakeCudaStreams, StreamsJoinACaptureThroughEvents) {
   cuda::CUgraphExec exec = nullptr;
   ASSERT_CU_OK(g.instantiate(&exec, ended, 0));
   for (int i = 0; i < 2; ++i) {
-    w[0] = w[1] = 0;
+    w[0] = w[1] = w[2] = w[3] = 0;
     ASSERT_CU_OK(g.launch(exec, other));
     ASSERT_CU_OK(a.cuStreamSynchronize(other));
     EXPECT_EQ(w[0], 1u);
     EXPECT_EQ(w[1], 2u) << "the fork's work ran after what its event followed";
+    EXPECT_EQ(w[2], 5u);
+    EXPECT_EQ(w[3], 0u) << "the fork waited for work it has no dependency on";
   }
   ASSERT_CU_OK(g.execDestroy(exec));
   ASSERT_CU_OK(g.graphDestroy(ended));

@@ -1,14 +1,53 @@
 // Entry points: stream capture into graphs, executable graphs, user objects, and the thread's
-// capture mode. A capture records its streams' operations in order: the stream that began it, and
-// the streams that joined it by waiting on an event recorded in it (forks, which the origin must
-// wait for again before the capture ends); a launch runs them on the launch stream after the
-// executable's previous launch.
+// capture mode. A capture records its streams' operations with their dependencies: the stream
+// that began it, and the streams that joined it by waiting on an event recorded in it (forks,
+// which the origin must wait for again before the capture ends); a launch runs them in an order
+// that keeps the dependencies (Graph::runOrder), on the launch stream, after the executable's
+// previous launch.
 #include "tests/device/fake_cuda/streams.h"
 
 using namespace fakecuda;    // NOLINT(build/namespaces)
 using namespace loom::cuda;  // NOLINT(build/namespaces): the driver's types and constants
 
 namespace fakecuda {
+
+void Graph::add(OpFn op, const Stream* lane) {
+  Node n{std::move(op), lane, {}};
+  for (size_t i = ops.size(); i-- > 0;)
+    if (ops[i].lane == lane) {
+      n.deps.push_back(i);
+      break;
+    }
+  auto it = pending.find(lane);
+  if (it != pending.end()) {
+    n.deps.insert(n.deps.end(), it->second.begin(), it->second.end());
+    pending.erase(it);
+  }
+  ops.push_back(std::move(n));
+}
+
+std::vector<OpFn> Graph::runOrder() const {
+  std::vector<OpFn> order;
+  std::vector<bool> ran(ops.size(), false);
+  while (order.size() < ops.size()) {
+    // The first operation whose dependencies have run, a fork's before the origin's.
+    size_t pick = ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ran[i]) continue;
+      bool ready = true;
+      for (size_t d : ops[i].deps) ready = ready && ran[d];
+      if (!ready) continue;
+      if (pick == ops.size()) pick = i;
+      if (ops[i].lane != origin) {
+        pick = i;
+        break;
+      }
+    }
+    ran[pick] = true;  // one is always ready: dependencies point back
+    order.push_back(ops[pick].fn);
+  }
+  return order;
+}
 
 CUresult recordInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<Event>& e) {
   // No node, as the driver makes none: the event stands for the stream's work so far.
@@ -55,18 +94,28 @@ CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<E
     if (from == nullptr) return kErrorInvalidHandle;
     joined = from->captureLocked([](Stream::Capture& c) { return c; });
   }
+  // s's next operation depends on the last one of the event's stream before the record.
+  auto depend = [&] {
+    for (size_t i = at; i-- > 0;)
+      if (g->ops[i].lane == on) {
+        g->pending[s.get()].push_back(i);
+        break;
+      }
+  };
   const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
     if (c.graph == nullptr) {  // not capturing: it joins as a fork
       c = joined;
       c.origin = false;
       std::lock_guard<std::mutex> lk(g->mu);
       g->forks.push_back({s, g->ops.size(), g->ops.size()});
+      depend();
       s->capture.store(kCaptureStatusActive, std::memory_order_release);
       return kSuccess;
     }
     if (c.graph != g) return kErrorCaptureMerge;
+    std::lock_guard<std::mutex> lk(g->mu);
+    depend();
     if (c.origin) {  // the origin waits for a fork: joined up to the record
-      std::lock_guard<std::mutex> lk(g->mu);
       for (Graph::Fork& f : g->forks)
         if (f.stream.lock().get() == on && f.joinedTo < at) f.joinedTo = at;
     }
@@ -131,6 +180,7 @@ CUresult cuStreamBeginCapture_v2(CUstream stream, int mode) {
     FAKECUDA_TRY(capturable(stream, &s));
     static std::atomic<uint64_t> ids{0};
     auto g = std::make_shared<Graph>();
+    g->origin = s.get();
     const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
       if (s->capture.load() != kCaptureStatusNone) return kErrorIllegalState;
       c.graph = g;
@@ -243,7 +293,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
     auto e = std::make_shared<GraphExec>();
     {
       std::lock_guard<std::mutex> lk(g->mu);
-      e->ops = g->ops;
+      e->ops = g->runOrder();
     }
     {
       // The executable holds references of its own to the graph's user objects.

@@ -105,8 +105,10 @@
 //   A stream that waits on an event recorded in a capture joins it (a fork; its work goes to
 //   the same graph), and the capture ends only when the stream that began it has waited on an
 //   event the fork recorded after its last work (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED; a
-//   fork joined through another fork is not followed). The graph is its operations in the order
-//   they were captured, which keeps every dependency, and a launch runs them one after another.
+//   fork joined through another fork is not followed). A launch runs the graph's operations one
+//   after another in an order that keeps their dependencies (a stream's order, and the events
+//   waited on) and runs each fork's as early as they allow: work a capture left without a
+//   dependency runs before what it was captured after, as it could on a device.
 //   cuGraphInstantiateWithFlags (flags 0) copies the work; cuGraphLaunch runs it on the launch
 //   stream after the executable's previous launch. User objects (cuUserObjectCreate,
 //   cuGraphRetainUserObject) are owned by graphs and their executables; the last reference runs

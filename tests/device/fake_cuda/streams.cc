@@ -109,7 +109,7 @@ CUresult Stream::enqueue(OpFn op) {
     count(kCapturedOps);
     if (g != nullptr) {  // else loomtest_fakecuda_set_capturing's: dropped
       std::lock_guard<std::mutex> lk(g->mu);
-      g->ops.push_back(std::move(op));
+      g->add(std::move(op), this);
       if (!origin)
         for (Graph::Fork& f : g->forks)
           if (f.stream.lock().get() == this) f.lastOp = g->ops.size();

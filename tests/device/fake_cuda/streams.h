@@ -157,13 +157,29 @@ struct UserRefs {
   }
 };
 
-// A graph made by stream capture: the captured operations in the order they were captured, on
-// the stream that began the capture and on the streams that joined it (forks: each waited on an
-// event recorded in the capture). That order respects every dependency the capture made, so a
-// launch runs them one after another.
+// A graph made by stream capture: the captured operations, on the stream that began the capture
+// (the origin) and on the streams that joined it (forks: each waited on an event recorded in the
+// capture), each with the operations it depends on: the one before it on its stream, and, after a
+// wait on an event, the event's stream's last operation before the record. Instantiation orders
+// them as a launch runs them, one after another: any order that keeps the dependencies is one
+// the device could take, and this one runs the forks' operations as early as their dependencies
+// let it (runOrder), so that work a capture left without a dependency runs out of the order it
+// was captured in, and shows.
 struct Graph {
-  std::mutex mu;  // ops, forks, capturing
-  std::vector<OpFn> ops;
+  struct Node {
+    OpFn fn;
+    const Stream* lane = nullptr;
+    std::vector<size_t> deps;  // indices in ops
+  };
+  std::mutex mu;  // ops, pending, forks, capturing
+  std::vector<Node> ops;
+  const Stream* origin = nullptr;
+  // The dependencies a stream's next operation takes from the events it waited on.
+  std::unordered_map<const Stream*, std::vector<size_t>> pending;
+  // Appends op on lane (under mu).
+  void add(OpFn op, const Stream* lane);
+  // The operations in the order a launch runs them (under mu).
+  std::vector<OpFn> runOrder() const;
   // A fork, the end of its last operation in ops, and how far the origin stream has waited for
   // it (an event the fork recorded): joined when that covers its last operation. A capture ends
   // with every fork joined (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED), and its forks leave it.
