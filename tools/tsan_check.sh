@@ -85,7 +85,7 @@ run_one() {
 # whose ranks wait on each other more than they compute, so a pair takes little more than the
 # longer of the two (4 minutes of runs in 2.5 on the 2-core CI machine). A run that fails without
 # a report runs again alone (as ctest's --repeat until-pass:2 does for the other stages); a report
-# fails the stage at once.
+# fails the stage.
 JOBS=${TSAN_JOBS:-2}
 declare -A pid_of=()
 failed=0
