@@ -69,8 +69,11 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # Collective variants whose paths other tests already run under the sanitizers ran in the first
   # stage only, to keep CI under 40 minutes (about 3.5 of this stage's 13):
   # - the eager shm paths, sockets, and registration over sockets, the emulated IB device and the
-  #   plugin (collectives_ib_emulated runs the IB paths; the adaptor runs in NetPlugin.*,
-  #   ib_tests_plugin_gpu and tools.perf.device.gdr_plugin.np2);
+  #   plugin (the adaptor runs in NetPlugin.*, ib_tests_plugin_gpu and
+  #   tools.perf.device.gdr_plugin.np2);
+  # - the collective matrix over the emulated IB device (its transport's code runs here in
+  #   ib_tests, NetPlugin.EmulatedIb.* and the transports' conformance suite, and the matrix over
+  #   it in the first stage and under ThreadSanitizer);
   # - the collective matrix over an imported NCCL plugin;
   # - device buffers staged through host memory (DeviceCalls.* run them) and over GPUDirect RDMA,
   #   over the emulated IB device and through the plugin (DeviceCalls.GpuDirect* and
@@ -81,11 +84,11 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   #   bigger tables: 3 of the 4 minutes the proofs take here) and the 5-rank soak (3 ranks stay);
   # - the install test, which builds a program without the sanitizers against the sanitized
   #   libloom.so, which cannot load.
-  # The single-copy and mapped shm paths (up to 5 ranks here), the emulated IB device and device
-  # buffers on streams (the one pass over the peers' device buffers; 2 and 3 ranks here) stay
+  # The single-copy and mapped shm paths (up to 4 ranks here) and device buffers on streams (the
+  # one pass over the peers' device buffers; 2 and 3 ranks here) stay
   # (tests/collectives/CMakeLists.txt).
   run_ctest "$ROOT/build-test-asan" -E \
-    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
+    '^(collectives_shm_direct_eager|collectives_shm_ring_eager|collectives_sockets|collectives_sockets_registered|collectives_ncclnet_plugin|collectives_ncclnet_plugin_registered|collectives_device|collectives_device_stream_sockets|collectives_device_ib_gdr|collectives_device_plugin_gdr|collectives_ib_emulated|collectives_ib_emulated_registered|install\..*|tools\.perf\.local_register\..*|tools\.perf\.[a-z_]+\.np5|tools\.perf\.first_failure\..*|Registered/.*_n(33to48|49to64) .*|Ranks/SoakProcesses\..*/5ranks .*)$'
   # loom_torch under the same sanitizers, in a python3 linked with them (tools/sanitize_torch.sh):
   # every operation, CUDA tensors on the emulated GPU; 0.5 to 1.5 minutes (ccache warm or not).
   stage "AddressSanitizer + UndefinedBehaviorSanitizer: loom_torch"
