@@ -479,12 +479,12 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::enqueue(c10d::OpType type, const cha
       cv_.notify_all();
       return work;
     }
+    if (!capturing) busy_ = true;  // run here, now: the worker waits
   }
-  // Run here, now (the worker waits). Under capture always, after what was queued before: the
-  // capture's calls are made on the capturing thread, so that every CUDA call joining the
-  // capture comes from it (in GLOBAL mode another thread's unsafe calls would break it), and in
-  // this process group's order.
-  holdWhenIdle(title);
+  // Under capture always here, after what was queued before: the capture's calls are made on the
+  // capturing thread, so that every CUDA call joining the capture comes from it (in GLOBAL mode
+  // another thread's unsafe calls would break it), and in this process group's order.
+  if (capturing) holdWhenIdle(title);
   runHeld(batch);
   return work;
 }
