@@ -765,7 +765,8 @@ TEST(DeviceCalls, GraphKeepsAGroupOnTwoStreamsOfOneCapture) {
 }
 
 // What Loom cannot keep for a graph is refused with the reason: a group whose calls are on two
-// streams of which only one is being captured, and a capture that was invalidated.
+// streams of which only one is being captured, or which are in two captures, and a capture that
+// was invalidated.
 TEST(DeviceCalls, GraphCapturesLoomCannotKeepAreRefusedWithTheirReason) {
   SKIP_WITHOUT_GRAPHS(g);
   OneRankOnDevice t(1024);
@@ -784,6 +785,15 @@ TEST(DeviceCalls, GraphCapturesLoomCannotKeepAreRefusedWithTheirReason) {
   ASSERT_EQ(allReduce(t.a, t.b, t.s1), loomSuccess);
   ASSERT_EQ(allReduce(t.c, t.d, t.s2), loomSuccess);
   refused(loomGroupEnd(), "being captured into a CUDA graph");
+  // Both streams captured, but into two captures: no one graph could join them.
+  ASSERT_EQ(g.begin(t.s2.s, GraphApi::kThreadLocal), 0);
+  ASSERT_EQ(loomGroupStart(), loomSuccess);
+  ASSERT_EQ(allReduce(t.a, t.b, t.s1), loomSuccess);
+  ASSERT_EQ(allReduce(t.c, t.d, t.s2), loomSuccess);
+  refused(loomGroupEnd(), "(2 different captures)");
+  void* other = nullptr;
+  ASSERT_EQ(g.end(t.s2.s, &other), 0);
+  if (other) g.graphDestroy(other);
   // Synchronizing a capturing stream invalidates its capture.
   EXPECT_NE(api().cuStreamSynchronize(t.s1.s), 0);
   refused(allReduce(t.a, t.b, t.s1), "invalidated");
