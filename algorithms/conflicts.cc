@@ -54,7 +54,7 @@ void ConflictTracker::collect(const Span& span, bool write, std::vector<uint32_t
   for (; it != m.end() && it->first < span.hi; ++it) {
     const Region& r = it->second;
     if (r.writer >= 0) deps->push_back(static_cast<uint32_t>(r.writer));
-    if (write) deps->insert(deps->end(), r.readers.begin(), r.readers.end());
+    if (write) r.readers.appendTo(deps);
   }
 }
 

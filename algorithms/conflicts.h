@@ -81,10 +81,34 @@ class ConflictTracker {
   void add(uint32_t id, const StepAccess& access, std::vector<uint32_t>* deps);
 
  private:
+  // The readers of a region since its writer, in order: the first few in place (most regions have
+  // at most two, and a region is copied whenever a span splits it), the rest on the heap.
+  class Readers {
+   public:
+    bool empty() const { return n_ == 0; }
+    uint32_t back() const { return more_.empty() ? inl_[n_ - 1] : more_.back(); }
+    void push_back(uint32_t id) {
+      if (n_ < kInline) {
+        inl_[n_++] = id;
+      } else {
+        more_.push_back(id);
+      }
+    }
+    void appendTo(std::vector<uint32_t>* out) const {
+      out->insert(out->end(), inl_, inl_ + n_);
+      out->insert(out->end(), more_.begin(), more_.end());
+    }
+
+   private:
+    static constexpr uint32_t kInline = 3;
+    uint32_t inl_[kInline] = {};
+    uint32_t n_ = 0;
+    std::vector<uint32_t> more_;
+  };
   struct Region {
     size_t hi = 0;
     int64_t writer = -1;
-    std::vector<uint32_t> readers;  // since writer
+    Readers readers;
   };
   using RegionMap = std::map<size_t, Region>;  // keyed by lo; regions are disjoint
   static void splitAt(RegionMap& m, size_t pos);

@@ -56,32 +56,43 @@ std::string describeStep(const Step& s) {
 // Symbols of one address space, structure of arrays: idx (-1: undefined), words bits per element,
 // and the step that last wrote each element (-1: none). An implicit buffer is a rank's read-only
 // input out of place: element i is (i, implicitBits), or undefined when implicitBits is null; it
-// stores nothing (the largest buffers of AllToAll and ReduceScatter cost no memory).
+// stores nothing (the largest buffers of AllToAll and ReduceScatter cost no memory). The arrays
+// live in the thread's Arena.
 struct SymBuf {
   int words = 1;
-  std::vector<int64_t> idx;
-  std::vector<uint64_t> bits;
-  std::vector<int32_t> writer;
+  size_t size = 0;  // elements
+  int64_t* idx = nullptr;
+  // An element's bits are read only while its idx is defined, and whatever defines idx writes all
+  // words of its bits too: they start uninitialized.
+  uint64_t* bits = nullptr;
+  int32_t* writer = nullptr;
   bool implicit = false;
   const uint64_t* implicitBits = nullptr;
-  void resize(size_t n, int w) {
-    words = w;
-    idx.assign(n, -1);
-    bits.assign(n * static_cast<size_t>(w), 0);
-    writer.assign(n, -1);
-  }
   int64_t idxAt(size_t i) const {
     if (implicit) return implicitBits ? static_cast<int64_t>(i) : -1;
     return idx[i];
   }
   const uint64_t* bitsAt(size_t i) const {
     if (implicit) return implicitBits;
-    return bits.data() + i * static_cast<size_t>(words);
+    return at(i);
   }
   int32_t writerAt(size_t i) const { return implicit ? -1 : writer[i]; }
-  uint64_t* at(size_t i) { return bits.data() + i * static_cast<size_t>(words); }
-  const uint64_t* at(size_t i) const { return bits.data() + i * static_cast<size_t>(words); }
+  uint64_t* at(size_t i) { return bits + i * static_cast<size_t>(words); }
+  const uint64_t* at(size_t i) const { return bits + i * static_cast<size_t>(words); }
 };
+
+// The storage of every rank's symbols, kept by the thread from one verification to the next: a
+// proof verifies thousands of schedules of similar sizes, and memory returned to the system after
+// each one (hundreds of MiB at 64 ranks) costs more in page faults than the symbolic execution.
+struct Arena {
+  std::vector<int64_t> idx;
+  std::vector<uint64_t> bits;
+  std::vector<int32_t> writer;
+};
+Arena& threadArena() {
+  thread_local Arena arena;
+  return arena;
+}
 
 std::string rankSetString(const uint64_t* b, int words, int n) {
   std::string s = "{";
@@ -104,12 +115,34 @@ std::string rankSetString(const uint64_t* b, int words, int n) {
   return s + "}";
 }
 
+// Copies the symbols of count elements from [from, from + count) of src to [to, to + count) of dst
+// (ranges that do not overlap).
+void copySymbols(const SymBuf& src, size_t from, SymBuf& dst, size_t to, size_t count) {
+  const size_t W = static_cast<size_t>(dst.words);
+  if (src.implicit) {
+    for (size_t k = 0; k < count; ++k) {
+      dst.idx[to + k] = src.idxAt(from + k);
+      uint64_t* out = dst.at(to + k);
+      if (src.implicitBits) {
+        std::copy(src.implicitBits, src.implicitBits + W, out);
+      } else {
+        std::fill(out, out + W, 0);
+      }
+    }
+    return;
+  }
+  std::copy(src.idx + from, src.idx + from + count, dst.idx + to);
+  std::copy(src.at(from), src.at(from) + count * W, dst.at(to));
+}
+
+// A posted send. Its symbols are read from the sender's buffer when the receive matches it, not
+// copied when it is posted: until then no step of the sender that writes the source may start (it
+// conflicts with the send, which has not completed), so the source holds what it held at the post.
 struct Message {
   int rank = 0;       // sender
   uint32_t step = 0;  // sender's step
   size_t count = 0;
-  std::vector<int64_t> idx;
-  std::vector<uint64_t> bits;
+  Span src;  // in the sender's address spaces
 };
 
 struct Channel {
@@ -143,6 +176,7 @@ class Verifier {
     ranks_.resize(static_cast<size_t>(n_));
     rankBits_.resize(static_cast<size_t>(n_));
     for (int r = 0; r < n_; ++r) LOOM_TRY(prepareRank(r));
+    placeSymbols();
     // Ranks that may be able to start a step: all at first, then those a completion woke.
     queued_.assign(static_cast<size_t>(n_), 1);
     for (int r = n_ - 1; r >= 0; --r) work_.push_back(r);
@@ -248,28 +282,60 @@ class Verifier {
     rankBits_[static_cast<size_t>(r)].assign(static_cast<size_t>(words_), 0);
     rankBits_[static_cast<size_t>(r)][static_cast<size_t>(r / 64)] = uint64_t{1} << (r % 64);
     SymBuf& inSpace = st.space[static_cast<int>(Space::kIn)];
+    inSpace.words = words_;
     if (!l.inputInOutput && !l.outputInInput) {
-      inSpace.words = words_;
       inSpace.implicit = true;
       inSpace.implicitBits = inputDefined ? rankBits_[static_cast<size_t>(r)].data() : nullptr;
     } else {
-      inSpace.resize(l.inputInOutput ? 0 : l.inputCount, words_);
+      inSpace.size = l.inputInOutput ? 0 : l.inputCount;
     }
-    st.space[static_cast<int>(Space::kOut)].resize(l.outputInInput ? 0 : l.outputCount, words_);
-    st.space[static_cast<int>(Space::kScratch)].resize(st.rs->scratchCount, words_);
+    SymBuf& outSpace = st.space[static_cast<int>(Space::kOut)];
+    outSpace.words = words_;
+    outSpace.size = l.outputInInput ? 0 : l.outputCount;
+    SymBuf& scratch = st.space[static_cast<int>(Space::kScratch)];
+    scratch.words = words_;
+    scratch.size = st.rs->scratchCount;
     if (inputDefined && l.inputCount > 0 && !inSpace.implicit) {
       const Span in = st.map.map(BufRef{BufKind::kInput, 0}, l.inputCount);
-      SymBuf& sb = st.space[static_cast<int>(in.space)];
-      if (in.hi > sb.idx.size()) {
+      if (in.hi > st.space[static_cast<int>(in.space)].size) {
         return failGlobal(fmt::format("rank {}: inconsistent buffer layout", r));
-      }
-      const uint64_t bit = uint64_t{1} << (r % 64);
-      for (size_t i = 0; i < l.inputCount; ++i) {
-        sb.idx[in.lo + i] = static_cast<int64_t>(i);
-        sb.at(in.lo + i)[r / 64] = bit;
       }
     }
     return Status::ok();
+  }
+
+  // Places every rank's symbols in the thread's arena, all undefined but each rank's input.
+  void placeSymbols() {
+    size_t total = 0;
+    for (const RankState& st : ranks_) {
+      for (const SymBuf& sb : st.space) total += sb.implicit ? 0 : sb.size;
+    }
+    Arena& arena = threadArena();
+    arena.idx.assign(total, -1);
+    arena.writer.assign(total, -1);
+    arena.bits.resize(total * static_cast<size_t>(words_));
+    size_t at = 0;
+    for (int r = 0; r < n_; ++r) {
+      RankState& st = ranks_[static_cast<size_t>(r)];
+      for (SymBuf& sb : st.space) {
+        if (sb.implicit) continue;
+        sb.idx = arena.idx.data() + at;
+        sb.writer = arena.writer.data() + at;
+        sb.bits = arena.bits.data() + at * static_cast<size_t>(words_);
+        at += sb.size;
+      }
+      const BufferLayout& l = st.layout;
+      const SymBuf& inSpace = st.space[static_cast<int>(Space::kIn)];
+      const bool inputDefined = !(s_.args.coll == CollKind::kBroadcast && r != s_.args.root);
+      if (!inputDefined || l.inputCount == 0 || inSpace.implicit) continue;
+      const Span in = st.map.map(BufRef{BufKind::kInput, 0}, l.inputCount);
+      SymBuf& sb = st.space[static_cast<int>(in.space)];
+      const uint64_t* mine = rankBits_[static_cast<size_t>(r)].data();
+      for (size_t i = 0; i < l.inputCount; ++i) {
+        sb.idx[in.lo + i] = static_cast<int64_t>(i);
+        std::copy(mine, mine + words_, sb.at(in.lo + i));
+      }
+    }
   }
 
   Status checkRef(int r, uint32_t i, const char* which, BufRef ref, size_t count) const {
@@ -379,28 +445,13 @@ class Verifier {
     RankState& st = ranks_[static_cast<size_t>(r)];
     const Step& step = st.rs->steps[i];
     const size_t c = step.count;
-    const size_t W = static_cast<size_t>(words_);
     switch (step.kind) {
       case StepKind::kSend: {
-        const Span src = st.map.map(step.src, c);
-        const SymBuf& sb = st.space[static_cast<int>(src.space)];
         Message m;
         m.rank = r;
         m.step = i;
         m.count = c;
-        if (sb.implicit) {
-          m.idx.resize(c);
-          m.bits.resize(c * W);
-          for (size_t k = 0; k < c; ++k) {
-            m.idx[k] = sb.idxAt(src.lo + k);
-            if (m.idx[k] >= 0) std::copy(sb.implicitBits, sb.implicitBits + W, &m.bits[k * W]);
-          }
-        } else {
-          m.idx.assign(sb.idx.begin() + static_cast<ptrdiff_t>(src.lo),
-                       sb.idx.begin() + static_cast<ptrdiff_t>(src.hi));
-          m.bits.assign(sb.bits.begin() + static_cast<ptrdiff_t>(src.lo * W),
-                        sb.bits.begin() + static_cast<ptrdiff_t>(src.hi * W));
-        }
+        m.src = st.map.map(step.src, c);
         Channel& ch = channels_[channelKey(r, step.peer, step.channel)];
         ch.sends.push_back(std::move(m));
         return match(ch);
@@ -416,26 +467,8 @@ class Verifier {
         const Span dst = st.map.map(step.dst, c);
         SymBuf& s = st.space[static_cast<int>(src.space)];
         SymBuf& d = st.space[static_cast<int>(dst.space)];
-        if (s.implicit) {
-          for (size_t k = 0; k < c; ++k) {
-            d.idx[dst.lo + k] = s.idxAt(src.lo + k);
-            uint64_t* out = d.at(dst.lo + k);
-            if (s.implicitBits) {
-              std::copy(s.implicitBits, s.implicitBits + W, out);
-            } else {
-              std::fill(out, out + W, 0);
-            }
-          }
-        } else if (!(src.space == dst.space && src.lo == dst.lo)) {
-          std::copy(s.idx.begin() + static_cast<ptrdiff_t>(src.lo),
-                    s.idx.begin() + static_cast<ptrdiff_t>(src.hi),
-                    d.idx.begin() + static_cast<ptrdiff_t>(dst.lo));
-          std::copy(s.bits.begin() + static_cast<ptrdiff_t>(src.lo * W),
-                    s.bits.begin() + static_cast<ptrdiff_t>(src.hi * W),
-                    d.bits.begin() + static_cast<ptrdiff_t>(dst.lo * W));
-        }
-        std::fill(d.writer.begin() + static_cast<ptrdiff_t>(dst.lo),
-                  d.writer.begin() + static_cast<ptrdiff_t>(dst.hi), static_cast<int32_t>(i));
+        if (!(src.space == dst.space && src.lo == dst.lo)) copySymbols(s, src.lo, d, dst.lo, c);
+        std::fill(d.writer + dst.lo, d.writer + dst.hi, static_cast<int32_t>(i));
         st.done[i] = 1;
         return Status::ok();
       }
@@ -479,36 +512,28 @@ class Verifier {
                         describeStep(ranks_[static_cast<size_t>(m.rank)].rs->steps[m.step])));
       }
       const size_t c = step.count;
-      const size_t W = static_cast<size_t>(words_);
       const Span dst = st.map.map(step.dst, c);
       SymBuf& d = st.space[static_cast<int>(dst.space)];
+      const SymBuf& from = ranks_[static_cast<size_t>(m.rank)].space[static_cast<int>(m.src.space)];
       if (step.kind == StepKind::kRecv) {
-        std::copy(m.idx.begin(), m.idx.end(), d.idx.begin() + static_cast<ptrdiff_t>(dst.lo));
-        std::copy(m.bits.begin(), m.bits.end(),
-                  d.bits.begin() + static_cast<ptrdiff_t>(dst.lo * W));
+        copySymbols(from, m.src.lo, d, dst.lo, c);
       } else {
         const Span src = st.map.map(step.src, c);
         SymBuf& s = st.space[static_cast<int>(src.space)];
         for (size_t k = 0; k < c; ++k) {
-          const size_t se = src.lo + k, de = dst.lo + k;
-          std::string why = reduceInto(s.idxAt(se), s.bitsAt(se), m.idx[k], m.bits.data() + k * W,
+          const size_t se = src.lo + k, de = dst.lo + k, me = m.src.lo + k;
+          std::string why = reduceInto(s.idxAt(se), s.bitsAt(se), from.idxAt(me), from.bitsAt(me),
                                        &d.idx[de], d.at(de));
           if (!why.empty()) {
-            return fail(
-                rr, ri,
-                fmt::format(
-                    "element {} (src {}[{}] = {}, received from rank {} step {}: "
-                    "{}): {}",
-                    k, bufName(step.src.buf), step.src.offset + k, symString(s, se), m.rank, m.step,
-                    m.idx[k] < 0 ? std::string("undefined")
-                                 : fmt::format("input[{}] of ranks {}", m.idx[k],
-                                               rankSetString(m.bits.data() + k * W, words_, n_)),
-                    why));
+            return fail(rr, ri,
+                        fmt::format("element {} (src {}[{}] = {}, received from rank {} step {}: "
+                                    "{}): {}",
+                                    k, bufName(step.src.buf), step.src.offset + k, symString(s, se),
+                                    m.rank, m.step, symString(from, me), why));
           }
         }
       }
-      std::fill(d.writer.begin() + static_cast<ptrdiff_t>(dst.lo),
-                d.writer.begin() + static_cast<ptrdiff_t>(dst.hi), static_cast<int32_t>(ri));
+      std::fill(d.writer + dst.lo, d.writer + dst.hi, static_cast<int32_t>(ri));
       st.done[ri] = 1;
       ranks_[static_cast<size_t>(m.rank)].done[m.step] = 1;
       wake(rr);
@@ -578,7 +603,7 @@ class Verifier {
   Status checkOutputs() const {
     const CollArgs& a = s_.args;
     const size_t c = a.count;
-    std::vector<uint64_t> all(static_cast<size_t>(words_), 0), one(static_cast<size_t>(words_));
+    std::vector<uint64_t> all(static_cast<size_t>(words_), 0);
     for (int r = 0; r < n_; ++r) all[static_cast<size_t>(r / 64)] |= uint64_t{1} << (r % 64);
     for (int r = 0; r < n_; ++r) {
       if (a.coll == CollKind::kReduce && r != a.root) continue;
@@ -611,12 +636,8 @@ class Verifier {
           case CollKind::kSendRecv:
             break;
         }
-        const uint64_t* want = all.data();
-        if (single >= 0) {
-          std::fill(one.begin(), one.end(), 0);
-          one[static_cast<size_t>(single / 64)] = uint64_t{1} << (single % 64);
-          want = one.data();
-        }
+        const uint64_t* want =
+            single >= 0 ? rankBits_[static_cast<size_t>(single)].data() : all.data();
         const size_t e = out.lo + j;
         if (sb.idx[e] == idx) {
           const uint64_t* got = sb.at(e);
