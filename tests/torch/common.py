@@ -1,7 +1,7 @@
 """Shared by the loom_torch tests: launching ranks and comparing results.
 
-Each test script runs its ranks with torch.multiprocessing (mp.spawn), or under torchrun when
-torchrun's RANK/WORLD_SIZE are set. Every rank makes the "loom" default process group and, beside
+Each test script runs its ranks with torch.multiprocessing (forked, or spawned), or under torchrun
+when torchrun's RANK/WORLD_SIZE are set. Every rank makes the "loom" default process group and, beside
 it, a gloo group over the same ranks: results are compared between the two in the same
 processes, and against values computed from every rank's inputs.
 """
@@ -48,16 +48,22 @@ def _entry(rank, fn, world_size, port, args):
         os._exit(1)  # a failing rank must not wait for the others in destroy_process_group
 
 
-def launch(fn, *args):
-    """Runs fn(rank, world_size, port, *args) on --nprocs ranks (mp.spawn), or on this process's
-    rank under torchrun (port None: env:// rendezvous)."""
+def launch(fn, *args, start_method=None):
+    """Runs fn(rank, world_size, port, *args) on --nprocs ranks, or on this process's rank under
+    torchrun (port None: env:// rendezvous). The ranks are forked (torch.multiprocessing) unless
+    start_method or LOOMTEST_TORCH_START says "spawn": a spawned rank imports torch again, about
+    3 s of one core each (four ranks on a 2-core machine took 18 s instead of 7). This process
+    must then be single-threaded and must not have initialized CUDA (a test that asks
+    torch.cuda.is_available() first spawns)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--nprocs", type=int, default=2)
     opts, _ = parser.parse_known_args()
     if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
         _entry(int(os.environ["RANK"]), fn, int(os.environ["WORLD_SIZE"]), None, args)
         return
-    mp.spawn(_entry, args=(fn, opts.nprocs, free_port(), args), nprocs=opts.nprocs, join=True)
+    method = start_method or os.environ.get("LOOMTEST_TORCH_START", "fork")
+    mp.start_processes(_entry, args=(fn, opts.nprocs, free_port(), args), nprocs=opts.nprocs,
+                       join=True, start_method=method)
 
 
 def expect(cond, what):

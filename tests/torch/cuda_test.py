@@ -276,4 +276,6 @@ if __name__ == "__main__":
         print("SKIP: cuda_test needs a CUDA GPU and a PyTorch built with CUDA "
               f"(torch {torch.__version__}: torch.cuda.is_available() is False)")
         sys.exit(77)
-    launch(main)
+    # Spawned: torch.cuda.is_available() has initialized CUDA in this process, which a forked
+    # rank could not use.
+    launch(main, start_method="spawn")
