@@ -101,6 +101,19 @@ cuda::CUresult captureInfo(cuda::CUstream s, int* status, uint64_t* id, cuda::CU
              : api.cuStreamGetCaptureInfo(s, status, id, graph, nullptr, nullptr);
 }
 
+// Makes stream to wait for what stream from holds now: an event recorded on from and waited on by
+// to, then destroyed (the driver keeps it until the wait is over). Under capture it makes no node,
+// only the dependency. A group's streams join its first one this way before and after its calls.
+Status joinStream(cuda::CUstream from, cuda::CUstream to) {
+  const cuda::DriverApi& api = cuda::cudaDriver().api;
+  cuda::CUevent ev = nullptr;
+  LOOM_CU(api.cuEventCreate(&ev, cuda::kEventDisableTiming));
+  cuda::CUresult rc = api.cuEventRecord(ev, from);
+  if (rc == cuda::kSuccess) rc = api.cuStreamWaitEvent(to, ev, 0);
+  api.cuEventDestroy(ev);
+  return rc == cuda::kSuccess ? Status() : cuda::cudaError(rc, "joining a group's streams");
+}
+
 // Whether a job's streams are being captured into a CUDA graph (*captured), refusing what Loom
 // cannot keep for a graph.
 Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* captured) {
@@ -126,12 +139,12 @@ Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* capture
                       "outside the capture",
                       cuda::cudaDriver().version);
   // A group on several streams: every one of them in the same capture (the graph then joins them
-  // at the group, as handOff's events do for eager calls).
+  // at the group, as handOff's events do for eager calls). One stream needs no capture id.
   std::set<uint64_t> ids;
-  for (cuda::CUstream s : streams) {
+  for (size_t i = 0; streams.size() > 1 && active == streams.size() && i < streams.size(); ++i) {
     uint64_t id = 0;
     int status = cuda::kCaptureStatusNone;
-    cuda::CUresult rc = captureInfo(s, &status, &id, nullptr);
+    cuda::CUresult rc = captureInfo(streams[i], &status, &id, nullptr);
     if (rc != cuda::kSuccess) return cuda::cudaError(rc, "cuStreamGetCaptureInfo");
     if (status == cuda::kCaptureStatusActive) ids.insert(id);
   }
@@ -411,30 +424,15 @@ Result<std::shared_ptr<DeviceRunner::Job>> DeviceRunner::post(std::vector<Queued
 }
 
 Status DeviceRunner::handOff(Job* job) {
-  // The first stream carries the handoff; the others join it before and after (events), as a
-  // group's streams must all reach the calls and all wait for them.
+  // The first stream carries the handoff; the others join it before and after, as a group's
+  // streams must all reach the calls and all wait for them.
   const cuda::DriverApi& api = cuda::cudaDriver().api;
   cuda::CUstream lead = job->streams[0];
-  auto event = [&](cuda::CUevent* ev) -> Status {
-    LOOM_CU(api.cuEventCreate(ev, cuda::kEventDisableTiming));
-    job->events.push_back(*ev);
-    return Status();
-  };
-  for (size_t i = 1; i < job->streams.size(); ++i) {
-    cuda::CUevent ev = nullptr;
-    LOOM_TRY(event(&ev));
-    LOOM_CU(api.cuEventRecord(ev, job->streams[i]));
-    LOOM_CU(api.cuStreamWaitEvent(lead, ev, 0));
-  }
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(joinStream(job->streams[i], lead));
   job->seq = ++nextSeq_;
   LOOM_TRY(signal_->enqueue(lead, job->seq));
   LOOM_CU(api.cuEventRecord(passed_, lead));
-  for (size_t i = 1; i < job->streams.size(); ++i) {
-    cuda::CUevent ev = nullptr;
-    LOOM_TRY(event(&ev));
-    LOOM_CU(api.cuEventRecord(ev, lead));
-    LOOM_CU(api.cuStreamWaitEvent(job->streams[i], ev, 0));
-  }
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(joinStream(lead, job->streams[i]));
   return Status();
 }
 
@@ -478,25 +476,16 @@ Status DeviceRunner::capture(Job* job) {
     port_->live.push_back(kept);
   }
   // What the graph does where the call is: admit it, then wait until it is done; a group's other
-  // streams join the first before and wait for it after (events: in a capture they make no node,
-  // only the dependencies). From here a failure leaves the kept call with the graph (freed with
-  // it), which the capture's error has made unusable.
-  auto join = [&](cuda::CUstream from, cuda::CUstream to) -> Status {
-    cuda::CUevent ev = nullptr;
-    LOOM_CU(api.cuEventCreate(&ev, cuda::kEventDisableTiming));
-    cuda::CUresult r = api.cuEventRecord(ev, from);
-    if (r == cuda::kSuccess) r = api.cuStreamWaitEvent(to, ev, 0);
-    api.cuEventDestroy(ev);
-    return r == cuda::kSuccess ? Status() : cuda::cudaError(r, "joining a group's streams");
-  };
-  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(join(job->streams[i], s));
+  // streams join the first before and wait for it after. From here a failure leaves the kept call
+  // with the graph (freed with it), which the capture's error has made unusable.
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(joinStream(job->streams[i], s));
   LOOM_CU(api.cuLaunchHostFunc(s, &onReplay, kept));
   if (signal_->memOps()) {
     LOOM_CU(api.cuStreamWaitValue64(s, done, 1, cuda::kStreamWaitValueGeq));
   } else {
     LOOM_TRY(device::launchWaitFlag(s, reinterpret_cast<const uint64_t*>(done), 1));
   }
-  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(join(s, job->streams[i]));
+  for (size_t i = 1; i < job->streams.size(); ++i) LOOM_TRY(joinStream(s, job->streams[i]));
   if (onePass_->usable() && !openerStarted_.exchange(true))
     opener_ = std::thread([this] { openerLoop(); });
   LOOM_INFO(kSubColl, "rank {}: {} call(s) kept for the CUDA graph being captured on stream {}",
@@ -690,9 +679,6 @@ void DeviceRunner::finish(Job* job, Status st) {
     job->kept->inFlight.store(false, std::memory_order_release);
     job->kept->done->store(1, std::memory_order_release);
   }
-  const cuda::DriverApi& api = cuda::cudaDriver().api;
-  for (cuda::CUevent ev : job->events) api.cuEventDestroy(ev);
-  job->events.clear();
   std::lock_guard<std::mutex> lk(mu_);
   job->status = std::move(st);
   job->finished = true;

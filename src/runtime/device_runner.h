@@ -132,10 +132,9 @@ class DeviceRunner {
   struct Job {
     std::vector<QueuedOp> calls;
     std::vector<cuda::CUstream> streams;
-    uint64_t seq = 0;  // on streams: the signal's sequence number; 0: a caller waits
-    std::vector<cuda::CUevent> events;  // made to join the streams; destroyed when done
-    std::vector<StagePlan> plans;       // one per call, made with the reservation (post)
-    DeviceOnePass::Exported exported;   // a single call's buffers' IPC handles (post)
+    uint64_t seq = 0;              // on streams: the signal's sequence number; 0: a caller waits
+    std::vector<StagePlan> plans;  // one per call, made with the reservation (post)
+    DeviceOnePass::Exported exported;  // a single call's buffers' IPC handles (post)
     // The transport's registrations of the call's device buffers on the schedule path, made by
     // post and released by the posting thread once the job is finished (holdRegistrations).
     std::vector<void*> holds;
