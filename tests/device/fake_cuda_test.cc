@@ -642,6 +642,64 @@ TEST_F(FakeCudaStreams, StreamsJoinACaptureThroughEvents) {
   ASSERT_CU_OK(a.cuEventDestroy(joined));
 }
 
+// A fork joined into another fork is joined when the origin waits for that one afterwards: the
+// driver follows the graph's dependencies, not the streams. The second fork's work follows the
+// first's at each launch, since the event it waited on stood for everything the first depended on.
+TEST_F(FakeCudaStreams, AForkJoinsThroughAnotherFork) {
+  const DriverApi& a = cu();
+  Graphs g;
+  CUstream s = stream(), b = stream(), c = stream(), other = stream();
+  CUevent ev[4] = {};
+  for (CUevent& e : ev) ASSERT_CU_OK(a.cuEventCreate(&e, kEventDisableTiming));
+  uint64_t* w = hostAlloc(64);
+  struct Step {
+    static void run(void* p) {
+      auto* v = static_cast<uint64_t*>(p);
+      v[1] = v[0] + 1;
+    }
+  };
+  // b forks from s, c from b; c's work; b waits for c (no work of its own after); s waits for b.
+  auto capture = [&](bool joinB, bool recordBAfterWait, cuda::CUgraph* ended) {
+    EXPECT_CU(kSuccess, g.begin(s, 0));
+    EXPECT_CU(kSuccess, a.cuEventRecord(ev[0], s));
+    EXPECT_CU(kSuccess, a.cuStreamWaitEvent(b, ev[0], 0));
+    EXPECT_CU(kSuccess, a.cuEventRecord(ev[1], b));
+    EXPECT_CU(kSuccess, a.cuStreamWaitEvent(c, ev[1], 0));
+    EXPECT_CU(kSuccess, a.cuStreamWriteValue64(c, dev(&w[0]), 7, 0));
+    EXPECT_CU(kSuccess, a.cuEventRecord(ev[2], c));
+    if (!recordBAfterWait) EXPECT_CU(kSuccess, a.cuEventRecord(ev[3], b));
+    EXPECT_CU(kSuccess, a.cuStreamWaitEvent(b, ev[2], 0));
+    if (recordBAfterWait) EXPECT_CU(kSuccess, a.cuEventRecord(ev[3], b));
+    if (joinB) EXPECT_CU(kSuccess, a.cuStreamWaitEvent(s, ev[3], 0));
+    EXPECT_CU(kSuccess, a.cuLaunchHostFunc(s, &Step::run, w));
+    return g.end(s, ended);
+  };
+  cuda::CUgraph ended = nullptr;
+  ASSERT_CU_OK(capture(true, true, &ended));
+  cuda::CUgraphExec exec = nullptr;
+  ASSERT_CU_OK(g.instantiate(&exec, ended, 0));
+  for (int i = 0; i < 2; ++i) {
+    w[0] = w[1] = 0;
+    ASSERT_CU_OK(g.launch(exec, other));
+    ASSERT_CU_OK(a.cuStreamSynchronize(other));
+    EXPECT_EQ(w[1], 8u) << "the origin's work ran after the second fork's";
+  }
+  ASSERT_CU_OK(g.execDestroy(exec));
+  ASSERT_CU_OK(g.graphDestroy(ended));
+  // b's event recorded before b waited for c stands for nothing of c's: c is not joined.
+  EXPECT_CU(904, capture(true, false, &ended));  // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+  EXPECT_EQ(ended, nullptr);
+  // Nor is it when the origin never waits for b.
+  EXPECT_CU(904, capture(false, true, &ended));
+  EXPECT_EQ(ended, nullptr);
+  int status = -1;
+  for (CUstream f : {b, c}) {
+    ASSERT_CU_OK(a.cuStreamGetCaptureInfo(f, &status, nullptr, nullptr, nullptr, nullptr));
+    EXPECT_EQ(status, kCaptureStatusNone) << "the forks leave the failed capture";
+  }
+  for (CUevent e : ev) ASSERT_CU_OK(a.cuEventDestroy(e));
+}
+
 // Capture modes as the driver has them: while a thread captures in GLOBAL mode, every thread in
 // GLOBAL mode is refused allocations and synchronization; RELAXED (cuThreadExchangeStreamCapture
 // Mode) may; a THREAD_LOCAL capture binds only its own thread; a capture in another mode than

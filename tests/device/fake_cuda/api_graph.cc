@@ -26,6 +26,33 @@ void Graph::add(OpFn op, const Stream* lane) {
   ops.push_back(std::move(n));
 }
 
+std::vector<size_t> Graph::tail(const Stream* lane) const {
+  std::vector<size_t> t;
+  for (size_t i = ops.size(); i-- > 0;)
+    if (ops[i].lane == lane) {
+      t.push_back(i);
+      break;
+    }
+  auto it = pending.find(lane);
+  if (it != pending.end()) t.insert(t.end(), it->second.begin(), it->second.end());
+  return t;
+}
+
+bool Graph::forksJoined() const {
+  std::vector<bool> reached(ops.size(), false);
+  std::vector<size_t> todo = tail(origin);
+  while (!todo.empty()) {
+    const size_t i = todo.back();
+    todo.pop_back();
+    if (reached[i]) continue;
+    reached[i] = true;
+    todo.insert(todo.end(), ops[i].deps.begin(), ops[i].deps.end());
+  }
+  for (const Fork& f : forks)
+    if (f.lastOp > 0 && !reached[f.lastOp - 1]) return false;
+  return true;
+}
+
 std::vector<OpFn> Graph::runOrder() const {
   std::vector<OpFn> order;
   std::vector<bool> ran(ops.size(), false);
@@ -54,15 +81,15 @@ CUresult recordInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr
   if (s->capture.load() != kCaptureStatusActive) return kErrorCaptureInvalidated;
   std::shared_ptr<Graph> g = s->captureLocked([](Stream::Capture& c) { return c.graph; });
   if (g == nullptr) return kSuccess;  // loomtest_fakecuda_set_capturing's: nothing kept
-  size_t at = 0;
+  std::vector<size_t> deps;
   {
     std::lock_guard<std::mutex> lk(g->mu);
-    at = g->ops.size();
+    deps = g->tail(s.get());
   }
   std::lock_guard<std::mutex> lk(e->mu);
   e->capturedIn = g;
   e->capturedOn = s.get();
-  e->capturedAt = at;
+  e->capturedDeps = std::move(deps);
   return kSuccess;
 }
 
@@ -71,12 +98,12 @@ CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<E
   *handled = false;
   std::shared_ptr<Graph> g;
   const Stream* on = nullptr;
-  size_t at = 0;
+  std::vector<size_t> deps;
   {
     std::lock_guard<std::mutex> lk(e->mu);
     g = e->capturedIn.lock();
     on = e->capturedOn;
-    at = e->capturedAt;
+    deps = e->capturedDeps;
   }
   if (g == nullptr) return kSuccess;
   {
@@ -94,20 +121,18 @@ CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<E
     if (from == nullptr) return kErrorInvalidHandle;
     joined = from->captureLocked([](Stream::Capture& c) { return c; });
   }
-  // s's next operation depends on the last one of the event's stream before the record.
+  // s's next operation depends on what the event's stream depended on at the record: its last
+  // operation then, and what it had waited on since.
   auto depend = [&] {
-    for (size_t i = at; i-- > 0;)
-      if (g->ops[i].lane == on) {
-        g->pending[s.get()].push_back(i);
-        break;
-      }
+    std::vector<size_t>& p = g->pending[s.get()];
+    p.insert(p.end(), deps.begin(), deps.end());
   };
   const CUresult rc = s->captureLocked([&](Stream::Capture& c) {
     if (c.graph == nullptr) {  // not capturing: it joins as a fork
       c = joined;
       c.origin = false;
       std::lock_guard<std::mutex> lk(g->mu);
-      g->forks.push_back({s, g->ops.size(), g->ops.size()});
+      g->forks.push_back({s, 0});
       depend();
       s->capture.store(kCaptureStatusActive, std::memory_order_release);
       return kSuccess;
@@ -115,10 +140,6 @@ CUresult waitInCapture(const std::shared_ptr<Stream>& s, const std::shared_ptr<E
     if (c.graph != g) return kErrorCaptureMerge;
     std::lock_guard<std::mutex> lk(g->mu);
     depend();
-    if (c.origin) {  // the origin waits for a fork: joined up to the record
-      for (Graph::Fork& f : g->forks)
-        if (f.stream.lock().get() == on && f.joinedTo < at) f.joinedTo = at;
-    }
     return kSuccess;
   });
   return rc;  // no node: the operations after it are captured after the event's
@@ -218,9 +239,11 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
     int status = s->capture.exchange(kCaptureStatusNone);
     // The forks leave the capture; one not joined back (or invalidated) fails it.
     std::vector<Graph::Fork> forks;
+    bool joined = true;
     {
       std::lock_guard<std::mutex> lk(ended.graph->mu);
       ended.graph->capturing = false;
+      joined = ended.graph->forksJoined();
       forks.swap(ended.graph->forks);
     }
     CUresult failed = kErrorCaptureInvalidated;
@@ -230,10 +253,10 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
       fork->captureLocked([](Stream::Capture& c) { return c = Stream::Capture{}, 0; });
       if (fork->capture.exchange(kCaptureStatusNone) != kCaptureStatusActive)
         status = kCaptureStatusInvalidated;
-      if (f.lastOp > f.joinedTo && status == kCaptureStatusActive) {
-        status = kCaptureStatusInvalidated;
-        failed = kErrorCaptureUnjoined;
-      }
+    }
+    if (!joined && status == kCaptureStatusActive) {
+      status = kCaptureStatusInvalidated;
+      failed = kErrorCaptureUnjoined;
     }
     *graph = nullptr;
     if (status == kCaptureStatusActive) {

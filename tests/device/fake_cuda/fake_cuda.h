@@ -103,9 +103,11 @@
 //   order into a graph, without running it (counted: "captured_ops"); synchronizing or querying
 //   the capturing stream is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture.
 //   A stream that waits on an event recorded in a capture joins it (a fork; its work goes to
-//   the same graph), and the capture ends only when the stream that began it has waited on an
-//   event the fork recorded after its last work (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED; a
-//   fork joined through another fork is not followed). A launch runs the graph's operations one
+//   the same graph), and the capture ends only when each fork's last work is among what the
+//   stream that began it depends on, directly or through other forks (an event stands for what
+//   its stream depended on when it was recorded; else CUDA_ERROR_STREAM_CAPTURE_UNJOINED). A
+//   stream destroyed while it captures is not taken out of its thread's count of captures under
+//   way. A launch runs the graph's operations one
 //   after another in an order that keeps their dependencies (a stream's order, and the events
 //   waited on) and runs each fork's as early as they allow: work a capture left without a
 //   dependency runs before what it was captured after, as it could on a device.

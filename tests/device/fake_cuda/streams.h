@@ -110,11 +110,11 @@ struct Event {
   std::condition_variable cv;
   uint64_t recorded = 0;   // records enqueued
   uint64_t completed = 0;  // the highest record the device has reached
-  // Last recorded in a capture (else null): its graph, the stream that recorded it, and how many
-  // of the graph's operations came before the record.
+  // Last recorded in a capture (else null): its graph, the stream that recorded it, and what that
+  // stream depended on at the record.
   std::weak_ptr<Graph> capturedIn;
   const Stream* capturedOn = nullptr;
-  size_t capturedAt = 0;
+  std::vector<size_t> capturedDeps;  // indices in the graph's ops
 };
 
 struct Module;
@@ -160,7 +160,7 @@ struct UserRefs {
 // A graph made by stream capture: the captured operations, on the stream that began the capture
 // (the origin) and on the streams that joined it (forks: each waited on an event recorded in the
 // capture), each with the operations it depends on: the one before it on its stream, and, after a
-// wait on an event, the event's stream's last operation before the record. Instantiation orders
+// wait on an event, what the event's stream depended on at the record. Instantiation orders
 // them as a launch runs them, one after another: any order that keeps the dependencies is one
 // the device could take, and this one runs the forks' operations as early as their dependencies
 // let it (runOrder), so that work a capture left without a dependency runs out of the order it
@@ -178,15 +178,21 @@ struct Graph {
   std::unordered_map<const Stream*, std::vector<size_t>> pending;
   // Appends op on lane (under mu).
   void add(OpFn op, const Stream* lane);
+  // What lane's next operation would depend on now: its last operation and what it waited on
+  // since (under mu). An event recorded on lane stands for these.
+  std::vector<size_t> tail(const Stream* lane) const;
   // The operations in the order a launch runs them (under mu).
   std::vector<OpFn> runOrder() const;
-  // A fork, the end of its last operation in ops, and how far the origin stream has waited for
-  // it (an event the fork recorded): joined when that covers its last operation. A capture ends
-  // with every fork joined (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED), and its forks leave it.
+  // A fork and its last operation in ops (1 + its index; 0: none). A fork is joined when its last
+  // operation is among what the origin's tail depends on, directly or through other streams (a
+  // fork joined into another fork that the origin waited for after). A capture ends with every
+  // fork joined (else CUDA_ERROR_STREAM_CAPTURE_UNJOINED), and its forks leave it.
   struct Fork {
     std::weak_ptr<Stream> stream;
-    size_t lastOp = 0, joinedTo = 0;
+    size_t lastOp = 0;
   };
+  // Whether every fork is joined (under mu).
+  bool forksJoined() const;
   std::vector<Fork> forks;
   bool capturing = true;  // until cuStreamEndCapture
   UserRefs owned;
