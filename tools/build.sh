@@ -11,6 +11,8 @@ if [ "${FRESH:-0}" = 1 ]; then rm -rf "$BUILD_DIR"; fi
 launcher=()
 if [ "${LOOM_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+  # The precompiled headers (LOOM_PCH) are cached too: ccache then needs these.
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}pch_defines,time_macros,include_file_mtime,include_file_ctime
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 flags=()
