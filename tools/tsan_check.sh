@@ -73,7 +73,7 @@ run_one() {
   reports=$(grep -c "WARNING: ThreadSanitizer" "$LOGS/$name.log" || true)
   printf 'tsan: %-20s exit %d, %d report(s), %d s\n' "$name" "$rc" "$reports" $((SECONDS - start))
   if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then
-    grep -E "WARNING: ThreadSanitizer|SUMMARY|FAILED|Failure" "$LOGS/$name.log" | head -40
+    grep -E -A6 "WARNING: ThreadSanitizer|SUMMARY|FAILED|: Failure$" "$LOGS/$name.log" | head -60
     echo "tsan: the whole log is $LOGS/$name.log"
     # 2: a failure without a report, which may be the load of the run beside it; 1: a report.
     [ "$reports" != 0 ] && return 1
@@ -108,7 +108,9 @@ for r in "${RUNS[@]}"; do
 done
 while [ "${#pid_of[@]}" -gt 0 ]; do reap; done
 for r in "${retry[@]}"; do
-  echo "tsan: ${r%%|*} again, alone"
+  name=${r%%|*}
+  mv "$LOGS/$name.log" "$LOGS/$name.first.log"
+  echo "tsan: $name again, alone (the first run's log: $LOGS/$name.first.log)"
   run_one "$r" || failed=1
 done
 if [ "$failed" != 0 ]; then
