@@ -28,8 +28,8 @@ run_ctest() {
 # Line tables only (-g1): enough for every backtrace and sanitizer report to name file and line,
 # and it compiles about 40% faster than full debug information.
 # The fuzz targets run 5 s each here: without the sanitizers a memory error they cause goes
-# unseen unless it crashes, and
-# the AddressSanitizer stage below runs each for its full time (20 s, or 10).
+# unseen unless it crashes, and the AddressSanitizer stage below runs each for its full time (20 s,
+# or 10).
 stage "build (warnings are errors)"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-test} FRESH=1 OPT="-O2 -g1" "$ROOT/tools/build.sh" \
   -DLOOM_BUILD_TESTS=ON -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON -DLOOM_FUZZ_SECONDS=5

@@ -141,12 +141,14 @@ Status capturedStreams(const std::vector<cuda::CUstream>& streams, bool* capture
   // A group on several streams: every one of them in the same capture (the graph then joins them
   // at the group, as handOff's events do for eager calls). One stream needs no capture id.
   std::set<uint64_t> ids;
-  for (size_t i = 0; streams.size() > 1 && active == streams.size() && i < streams.size(); ++i) {
-    uint64_t id = 0;
-    int status = cuda::kCaptureStatusNone;
-    cuda::CUresult rc = captureInfo(streams[i], &status, &id, nullptr);
-    if (rc != cuda::kSuccess) return cuda::cudaError(rc, "cuStreamGetCaptureInfo");
-    if (status == cuda::kCaptureStatusActive) ids.insert(id);
+  if (streams.size() > 1 && active == streams.size()) {
+    for (cuda::CUstream s : streams) {
+      uint64_t id = 0;
+      int status = cuda::kCaptureStatusNone;
+      cuda::CUresult rc = captureInfo(s, &status, &id, nullptr);
+      if (rc != cuda::kSuccess) return cuda::cudaError(rc, "cuStreamGetCaptureInfo");
+      if (status == cuda::kCaptureStatusActive) ids.insert(id);
+    }
   }
   if (active < streams.size() || ids.size() > 1)
     return LOOM_ERROR(kInvalidUsage,

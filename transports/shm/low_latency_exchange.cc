@@ -45,14 +45,12 @@ constexpr size_t kTouchMax = 8 * kLine;
 }  // namespace
 
 bool LowLatencyExchange::allReady(uint64_t seq) {
-  bool all = true;
   for (int i = 0; i < area_.nlocal(); ++i) {
-    if (!all) break;
     const char* p = buffer(i, seq);
     for (size_t o = 0; o < touchBytes_; o += kLine) __builtin_prefetch(p + o, 0, 3);
-    all = oneReady(i, seq);
+    if (!oneReady(i, seq)) return false;
   }
-  return all;
+  return true;
 }
 
 std::string LowLatencyExchange::missingRanks(uint64_t seq) {

@@ -56,9 +56,9 @@ class LowLatencyExchange {
 
  private:
   bool oneReady(int local, uint64_t seq);
-  // Every local rank published seq. Each poll also asks for the first touchBytes_ of the payload
-  // of every rank not yet seen (a prefetch, beside the flag's load): the payload's lines then
-  // travel with the flag's instead of after it.
+  // Every local rank published seq. Before it loads a rank's flag, a poll prefetches the first
+  // touchBytes_ of that rank's payload: the payload's lines then travel with the flag's instead of
+  // after it.
   bool allReady(uint64_t seq);
   // "ranks 1,3 of this host to enter the same call": the ranks that have not published seq.
   std::string missingRanks(uint64_t seq);
